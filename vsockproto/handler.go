@@ -1,0 +1,34 @@
+package vsockproto
+
+import (
+	"context"
+	"io"
+)
+
+// Handler is what the guest init plugs into Serve. Each call runs on its own
+// goroutine, one per stream; ctx is cancelled when the connection closes.
+type Handler interface {
+	// Exec runs req to completion. Stdin delivers what the host writes
+	// (io.EOF when the host closes it), Stdout and Stderr block while the
+	// host has granted no credit, and Signals delivers signal numbers the
+	// host sends. An error means the process could not be started at all
+	// (the host sees it as a failed stream), not a non-zero exit.
+	Exec(ctx context.Context, req ExecRequest, stdio ExecIO) (ExitStatus, error)
+	// WriteFile creates or truncates req.Path with the bytes read from r.
+	WriteFile(ctx context.Context, req FileRequest, r io.Reader) error
+	// ReadFile copies req.Path to w.
+	ReadFile(ctx context.Context, req FileRequest, w io.Writer) error
+	// ConfigureNetwork sets up the guest interface.
+	ConfigureNetwork(ctx context.Context, cfg NetConfig) error
+	// Shutdown powers the VM off. It is called after the reply to the host
+	// has been sent, so it need not return.
+	Shutdown(ctx context.Context)
+}
+
+// ExecIO is the stdio of one guest process.
+type ExecIO struct {
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Signals <-chan int
+}
