@@ -1,0 +1,221 @@
+// Package qmp is a minimal client for the QEMU Machine Protocol: it reads
+// the greeting, negotiates capabilities and runs commands one at a time.
+//
+// The QEMU process it talks to runs an untrusted guest, so everything read
+// from the socket is treated as hostile: lines are bounded, replies must
+// carry the id of the command they answer, and every call has a deadline.
+package qmp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MaxLine bounds one message from QEMU. Replies to the commands we send are
+// a few hundred bytes; the largest legitimate lines (the greeting, events)
+// stay far below this.
+const MaxLine = 64 << 10
+
+// DefaultCallTimeout bounds a call whose ctx has no earlier deadline. A
+// QEMU that does not answer a local socket within this time is broken.
+const DefaultCallTimeout = 5 * time.Second
+
+// Error is an error reply from QEMU.
+type Error struct {
+	Command string
+	Class   string
+	Desc    string
+}
+
+func (e *Error) Error() string {
+	// Class and Desc come from QEMU: quote them so that control characters
+	// cannot forge log lines.
+	return fmt.Sprintf("qmp: %s: %q: %q", e.Command, e.Class, e.Desc)
+}
+
+// Client is one QMP session. Its methods must not be called concurrently.
+type Client struct {
+	conn   net.Conn
+	r      *bufio.Reader
+	nextID uint64
+}
+
+// Dial connects to the QMP Unix socket at path, reads the greeting and
+// negotiates capabilities. It does not retry: a socket that is not there
+// yet is the caller's to wait for.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("qmp: dial: %w", err)
+	}
+	c, err := Handshake(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Handshake starts a session on conn, which the Client then owns: it reads
+// QEMU's greeting and sends qmp_capabilities.
+func Handshake(ctx context.Context, conn net.Conn) (*Client, error) {
+	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, MaxLine)}
+	stop := c.bound(ctx)
+	msg, err := c.readMessage()
+	stop()
+	if err != nil {
+		return nil, fmt.Errorf("qmp: read greeting: %w", err)
+	}
+	if msg.QMP == nil {
+		return nil, errors.New("qmp: read greeting: first message is not a QMP greeting")
+	}
+	if err := c.Execute(ctx, "qmp_capabilities", nil, nil); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close ends the session.
+func (c *Client) Close() error {
+	return c.conn.Close()
+}
+
+// Status is the reply of query-status.
+type Status struct {
+	// Running is true while guest CPUs execute.
+	Running bool `json:"running"`
+	// Status names the run state ("running", "prelaunch", "paused", ...).
+	Status string `json:"status"`
+}
+
+// QueryStatus asks whether the VM is running.
+func (c *Client) QueryStatus(ctx context.Context) (Status, error) {
+	var s Status
+	err := c.Execute(ctx, "query-status", nil, &s)
+	return s, err
+}
+
+// Cont starts the guest CPUs of a VM launched with -S.
+func (c *Client) Cont(ctx context.Context) error {
+	return c.Execute(ctx, "cont", nil, nil)
+}
+
+// Quit asks QEMU to exit. QEMU replies before it exits.
+func (c *Client) Quit(ctx context.Context) error {
+	return c.Execute(ctx, "quit", nil, nil)
+}
+
+// command is one request on the wire.
+type command struct {
+	Execute   string `json:"execute"`
+	Arguments any    `json:"arguments,omitempty"`
+	ID        string `json:"id"`
+}
+
+// message is any line QEMU sends: a greeting, an event or a reply.
+type message struct {
+	QMP    json.RawMessage `json:"QMP"`
+	Event  string          `json:"event"`
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+	ID json.RawMessage `json:"id"`
+}
+
+// Execute runs one command with optional arguments and decodes the reply's
+// "return" value into result unless result is nil. Events that arrive
+// before the reply are skipped.
+func (c *Client) Execute(ctx context.Context, name string, args, result any) error {
+	c.nextID++
+	id := strconv.FormatUint(c.nextID, 10)
+	line, err := json.Marshal(command{Execute: name, Arguments: args, ID: id})
+	if err != nil {
+		return fmt.Errorf("qmp: %s: encode: %w", name, err)
+	}
+	stop := c.bound(ctx)
+	defer stop()
+	if _, err := c.conn.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("qmp: %s: send: %w", name, ctxErr(ctx, err))
+	}
+	wantID, _ := json.Marshal(id)
+	for {
+		msg, err := c.readMessage()
+		if err != nil {
+			return fmt.Errorf("qmp: %s: %w", name, ctxErr(ctx, err))
+		}
+		if msg.Event != "" {
+			continue
+		}
+		if !bytes.Equal(msg.ID, wantID) {
+			return fmt.Errorf("qmp: %s: reply for id %.40q, want %q", name, msg.ID, id)
+		}
+		if msg.Error != nil {
+			return &Error{Command: name, Class: msg.Error.Class, Desc: msg.Error.Desc}
+		}
+		if msg.Return == nil {
+			return fmt.Errorf("qmp: %s: reply has neither return nor error", name)
+		}
+		if result == nil {
+			return nil
+		}
+		if err := json.Unmarshal(msg.Return, result); err != nil {
+			return fmt.Errorf("qmp: %s: decode reply: %w", name, err)
+		}
+		return nil
+	}
+}
+
+// bound applies ctx's deadline (or DefaultCallTimeout, whichever is
+// earlier) to the connection and unblocks I/O when ctx is cancelled. The
+// returned func undoes it.
+func (c *Client) bound(ctx context.Context) (stop func()) {
+	deadline := time.Now().Add(DefaultCallTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.conn.SetDeadline(deadline)
+	var once sync.Once
+	unregister := context.AfterFunc(ctx, func() {
+		once.Do(func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	})
+	return func() {
+		unregister()
+		once.Do(func() {})
+	}
+}
+
+// readMessage reads one line of at most MaxLine bytes and decodes it.
+func (c *Client) readMessage() (message, error) {
+	line, err := c.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return message{}, fmt.Errorf("line longer than %d bytes", MaxLine)
+	}
+	if err != nil {
+		return message{}, fmt.Errorf("read: %w", err)
+	}
+	var msg message
+	if err := json.Unmarshal(line, &msg); err != nil {
+		return message{}, fmt.Errorf("decode: %w", err)
+	}
+	return msg, nil
+}
+
+// ctxErr prefers ctx's error over the I/O error that the cancellation
+// caused, so callers can tell a cancelled call from a broken QEMU.
+func ctxErr(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%w (%v)", ctxErr, err)
+	}
+	return err
+}
