@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ephemeralhq/ephemeral/guest/image"
+)
+
+// initBinaryName is the guest init that `make build` puts next to this
+// executable.
+const initBinaryName = "ephemeral-init"
+
+var imageCommand = &cli.Command{
+	Name:  "image",
+	Usage: "build and inspect the guest image",
+	Subcommands: []*cli.Command{{
+		Name:  "build",
+		Usage: "build the kernel, initramfs and root filesystem (cached by content hash)",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "force", Usage: "rebuild every part even if cached"},
+			&cli.StringFlag{Name: "init", Usage: "static guest init binary (default: " + initBinaryName + " next to this executable)"},
+			&cli.StringFlag{Name: "mirror", Usage: "Debian mirror for debootstrap", Value: image.DefaultMirror, EnvVars: []string{"EPHEMERAL_DEBIAN_MIRROR"}},
+		},
+		Action: buildImage,
+	}, {
+		Name:  "show",
+		Usage: "print the current image's files",
+		Action: func(c *cli.Context) error {
+			img, err := image.Load(c.String(stateDirFlag.Name))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "hash:     %s\nkernel:   %s (%s)\ninitrd:   %s\nrootdisk: %s\n",
+				img.Hash, img.Kernel, img.KernelRelease, img.Initrd, img.RootDisk)
+			return nil
+		},
+	}},
+}
+
+func buildImage(c *cli.Context) error {
+	initPath := c.String("init")
+	if initPath == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("image build: locate %s: %w; pass --init", initBinaryName, err)
+		}
+		initPath = filepath.Join(filepath.Dir(self), initBinaryName)
+	}
+	img, err := image.Build(c.Context, image.Options{
+		StateDir:   c.String(stateDirFlag.Name),
+		InitBinary: initPath,
+		Mirror:     c.String("mirror"),
+		Force:      c.Bool("force"),
+		Progress:   c.App.ErrWriter,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "image %s\nkernel:   %s (%s)\ninitrd:   %s\nrootdisk: %s\n",
+		img.Hash, img.Kernel, img.KernelRelease, img.Initrd, img.RootDisk)
+	return nil
+}
