@@ -47,10 +47,11 @@ func hybridHandshake(ctx context.Context, conn net.Conn, port uint32) error {
 	}
 	// A cancellation without a deadline must interrupt a blocked read too;
 	// a deadline in the past does that.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	release := onCancel(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	err := exchangeConnect(conn, port)
-	if !stop() {
-		// ctx ended during the handshake; whatever err says, the cause is ctx.
+	release()
+	if ctx.Err() != nil {
+		// Whatever err says, the cause is ctx.
 		return ctx.Err()
 	}
 	if err != nil {
