@@ -1,0 +1,156 @@
+// Package chspec holds Cloud Hypervisor's published API description as an
+// executable contract: it loads the OpenAPI document and checks HTTP
+// requests and responses against it. The client's contract test and the
+// fake cloud-hypervisor binary both judge traffic with it, so a request the
+// real VMM would reject fails here first.
+package chspec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+)
+
+// FileName is the API description of the Cloud Hypervisor release the
+// client is written against.
+const FileName = "cloud-hypervisor-v53-openapi.yaml"
+
+// ErrNotFound reports that the API description is not on this machine.
+var ErrNotFound = errors.New("chspec: API description not found")
+
+// Find locates FileName in shared/reference beside the repository root,
+// which is found by walking up from the working directory to go.mod (tests
+// run in their package directory).
+func Find() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("chspec: getwd: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w: no go.mod above the working directory", ErrNotFound)
+		}
+		dir = parent
+	}
+	path := filepath.Join(dir, "..", "shared", "reference", FileName)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s does not exist", ErrNotFound, path)
+		}
+		return "", fmt.Errorf("chspec: %w", err)
+	}
+	return path, nil
+}
+
+// Contract validates traffic against one loaded API description.
+type Contract struct {
+	router routers.Router
+}
+
+// Load parses the OpenAPI document at path. Object schemas that list their
+// properties are closed (additionalProperties: false): the document leaves
+// them open, but Cloud Hypervisor's serde structs ignore unknown fields
+// silently, so a misspelt field would otherwise pass the contract and then
+// do nothing in the real VMM.
+func Load(ctx context.Context, path string) (*Contract, error) {
+	loader := openapi3.NewLoader()
+	loader.Context = ctx
+	doc, err := loader.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("chspec: load %s: %w", path, err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		return nil, fmt.Errorf("chspec: validate %s: %w", path, err)
+	}
+	for _, ref := range doc.Components.Schemas {
+		closeObjectSchema(ref.Value)
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("chspec: build router: %w", err)
+	}
+	return &Contract{router: router}, nil
+}
+
+func closeObjectSchema(s *openapi3.Schema) {
+	if s == nil || len(s.Properties) == 0 || s.AdditionalProperties.Has != nil || s.AdditionalProperties.Schema != nil {
+		return
+	}
+	closed := false
+	s.AdditionalProperties.Has = &closed
+}
+
+// ValidateRequest checks r, whose body has already been read into body,
+// against the operation it addresses. Unknown paths and methods, missing or
+// malformed bodies, and bodies sent to operations that take none are all
+// violations.
+func (c *Contract) ValidateRequest(ctx context.Context, r *http.Request, body []byte) error {
+	input, err := c.requestInput(r, body)
+	if err != nil {
+		return err
+	}
+	if err := openapi3filter.ValidateRequest(ctx, input); err != nil {
+		return fmt.Errorf("chspec: %s %s: %w", r.Method, r.URL.Path, err)
+	}
+	return nil
+}
+
+// ValidateResponse checks a response to r against the operation's declared
+// status codes and schemas.
+func (c *Contract) ValidateResponse(ctx context.Context, r *http.Request, status int, header http.Header, body []byte) error {
+	input, err := c.requestInput(r, nil)
+	if err != nil {
+		return err
+	}
+	err = openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: input,
+		Status:                 status,
+		Header:                 header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	})
+	if err != nil {
+		return fmt.Errorf("chspec: response %d to %s %s: %w", status, r.Method, r.URL.Path, err)
+	}
+	return nil
+}
+
+// requestInput routes a copy of r addressed the way the document's server
+// URL expects (http://localhost/api/v1/...): a request read by a server
+// carries only the path.
+func (c *Contract) requestInput(r *http.Request, body []byte) (*openapi3filter.RequestValidationInput, error) {
+	routed := r.Clone(context.Background())
+	routed.URL.Scheme = "http"
+	routed.URL.Host = "localhost"
+	routed.Host = "localhost"
+	routed.Body = io.NopCloser(bytes.NewReader(body))
+	routed.ContentLength = int64(len(body))
+	route, params, err := c.router.FindRoute(routed)
+	if err != nil {
+		return nil, fmt.Errorf("chspec: %s %s: no such operation: %w", r.Method, r.URL.Path, err)
+	}
+	return &openapi3filter.RequestValidationInput{
+		Request:    routed,
+		PathParams: params,
+		Route:      route,
+		Options: &openapi3filter.Options{
+			RejectWhenRequestBodyNotSpecified: true,
+			AuthenticationFunc:                openapi3filter.NoopAuthenticationFunc,
+		},
+	}, nil
+}
