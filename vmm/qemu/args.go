@@ -1,0 +1,173 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// accel is how QEMU runs guest code.
+type accel string
+
+const (
+	// accelKVM needs hardware virtualization (vmm.HardwareKVM).
+	accelKVM accel = "kvm"
+	// accelTCG is QEMU's emulator, used where KVM cannot run the guest.
+	accelTCG accel = "tcg"
+)
+
+// launch is everything that decides QEMU's command line. Descriptor
+// numbers are as the child sees them (exec.Cmd.ExtraFiles start at 3).
+type launch struct {
+	cfg    vmm.Config
+	accel  accel
+	tscKHz int
+	// qmpFD is a listening Unix socket for QMP.
+	qmpFD int
+	// pidFile is where QEMU writes its pid; it also marks the process as
+	// ours for KillLeftover.
+	pidFile string
+	// Exactly one guest channel: a vhost-vsock device whose descriptor
+	// already holds vsockCID, or a virtio-serial port on the listening
+	// Unix socket serialFD.
+	vhostFD  int
+	vsockCID uint32
+	serialFD int
+	// tapFD is the tap device when cfg.Tap is set.
+	tapFD int
+}
+
+// validID keeps Config.ID safe inside QEMU's -name option and process
+// listings.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// args returns QEMU's arguments (without argv[0]) for l.
+func (l launch) args() ([]string, error) {
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	cfg := l.cfg
+	args := []string{
+		"-name", "ephemeral-" + cfg.ID,
+		// Nothing QEMU would add by itself: no default devices, no
+		// config files, no display; a guest reboot ends the process.
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-M", "microvm",
+	}
+	switch l.accel {
+	case accelKVM:
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	case accelTCG:
+		// -cpu max is pathologically slow under TCG; qemu64 boots the
+		// cloud kernel in about 2.5 s.
+		args = append(args, "-accel", "tcg", "-cpu", "qemu64")
+	}
+	args = append(args,
+		"-m", strconv.Itoa(cfg.MemoryMiB),
+		"-smp", strconv.Itoa(cfg.VCPUs),
+		"-kernel", cfg.Kernel,
+		"-initrd", cfg.Initrd,
+		"-append", kernelCmdline(l.tscKHz, cfg.Cmdline),
+		"-pidfile", l.pidFile,
+		// The console goes to stdout, captured by the driver.
+		"-serial", "stdio",
+		"-chardev", "socket,id=qmp,fd="+strconv.Itoa(l.qmpFD)+",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		"-drive", "id=root,if=none,format=raw,readonly=on,file="+optValue(cfg.RootDisk),
+		"-device", "virtio-blk-device,drive=root",
+	)
+	if l.vhostFD > 0 {
+		args = append(args, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d,vhostfd=%d", l.vsockCID, l.vhostFD))
+	} else {
+		args = append(args,
+			"-device", "virtio-serial-device",
+			"-chardev", "socket,id=guest,fd="+strconv.Itoa(l.serialFD)+",server=on,wait=off",
+			"-device", "virtserialport,chardev=guest,name="+vsockproto.SerialPortName,
+		)
+	}
+	if cfg.Tap != nil {
+		args = append(args,
+			"-netdev", "tap,id=net0,fd="+strconv.Itoa(l.tapFD),
+			"-device", "virtio-net-device,netdev=net0,mac="+cfg.MAC.String(),
+		)
+	}
+	return args, nil
+}
+
+// check rejects configurations QEMU would misread or refuse late.
+func (l launch) check() error {
+	cfg := l.cfg
+	var errs []error
+	if !validID.MatchString(cfg.ID) {
+		errs = append(errs, fmt.Errorf("id %q: want 1-64 of A-Z a-z 0-9 _ -", cfg.ID))
+	}
+	for _, p := range []struct{ name, path string }{
+		{"kernel", cfg.Kernel}, {"initrd", cfg.Initrd}, {"root disk", cfg.RootDisk}, {"pid file", l.pidFile},
+	} {
+		if !strings.HasPrefix(p.path, "/") {
+			errs = append(errs, fmt.Errorf("%s path %q is not absolute", p.name, p.path))
+		}
+	}
+	if cfg.VCPUs < 1 {
+		errs = append(errs, fmt.Errorf("vcpus %d: want at least 1", cfg.VCPUs))
+	}
+	if cfg.MemoryMiB < 64 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 64", cfg.MemoryMiB))
+	}
+	if l.accel != accelKVM && l.accel != accelTCG {
+		errs = append(errs, fmt.Errorf("accelerator %q: want kvm or tcg", l.accel))
+	}
+	if l.tscKHz <= 0 {
+		errs = append(errs, fmt.Errorf("tsc frequency %d kHz: want a positive rate", l.tscKHz))
+	}
+	if l.qmpFD < 3 {
+		errs = append(errs, fmt.Errorf("qmp descriptor %d: want an inherited one (>= 3)", l.qmpFD))
+	}
+	if (l.vhostFD >= 3) == (l.serialFD >= 3) {
+		errs = append(errs, errors.New("want exactly one guest channel: vhost-vsock or virtio-serial"))
+	}
+	if l.vhostFD >= 3 && l.vsockCID < 3 {
+		errs = append(errs, fmt.Errorf("guest cid %d: want at least 3", l.vsockCID))
+	}
+	if cfg.Tap != nil {
+		if l.tapFD < 3 {
+			errs = append(errs, fmt.Errorf("tap descriptor %d: want an inherited one (>= 3)", l.tapFD))
+		}
+		if len(cfg.MAC) != 6 {
+			errs = append(errs, fmt.Errorf("mac %q: want a 6-byte Ethernet address with a tap", cfg.MAC))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("qemu: config: %w", err)
+	}
+	return nil
+}
+
+// kernelCmdline is the driver's kernel command line followed by the
+// caller's (later parameters win where the kernel reads one twice).
+func kernelCmdline(tscKHz int, extra string) string {
+	params := []string{
+		"console=ttyS0",
+		// microvm has no timer to calibrate the TSC against; the kernel's
+		// own calibration can hang there.
+		"tsc_early_khz=" + strconv.Itoa(tscKHz),
+		// A panicking guest reboots at once, which -no-reboot turns into
+		// QEMU exiting: the driver sees it as Done.
+		"panic=-1",
+	}
+	if extra = strings.TrimSpace(extra); extra != "" {
+		params = append(params, extra)
+	}
+	return strings.Join(params, " ")
+}
+
+// optValue escapes s for the value part of a QEMU option list, where a
+// comma separates options and ",," stands for a literal comma.
+func optValue(s string) string {
+	return strings.ReplaceAll(s, ",", ",,")
+}

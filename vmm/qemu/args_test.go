@@ -1,0 +1,215 @@
+package qemu
+
+import (
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// serialLaunch is a valid TCG launch with the virtio-serial channel.
+func serialLaunch() launch {
+	return launch{
+		cfg: vmm.Config{
+			ID:        "run_0123abcd",
+			Kernel:    "/images/vmlinuz",
+			Initrd:    "/images/initrd.cpio",
+			RootDisk:  "/images/rootfs.ext4",
+			Cmdline:   "ephemeral.debug=1",
+			VCPUs:     2,
+			MemoryMiB: 512,
+			Dir:       "/run/ephemeral/vm1",
+		},
+		accel:    accelTCG,
+		tscKHz:   2596146,
+		qmpFD:    3,
+		serialFD: 4,
+		pidFile:  "/run/ephemeral/vm1/pid",
+	}
+}
+
+// values returns every value given to flag in args.
+func values(args []string, flag string) []string {
+	var vs []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			vs = append(vs, args[i+1])
+		}
+	}
+	return vs
+}
+
+func mustArgs(t *testing.T, l launch) []string {
+	t.Helper()
+	args, err := l.args()
+	if err != nil {
+		t.Fatalf("args: %v", err)
+	}
+	return args
+}
+
+func TestArgsTCG(t *testing.T) {
+	args := mustArgs(t, serialLaunch())
+	for _, flag := range []string{"-nodefaults", "-no-user-config", "-nographic", "-no-reboot"} {
+		if !slices.Contains(args, flag) {
+			t.Errorf("args lack %s: %q", flag, args)
+		}
+	}
+	want := map[string][]string{
+		"-M":       {"microvm"},
+		"-accel":   {"tcg"},
+		"-cpu":     {"qemu64"},
+		"-m":       {"512"},
+		"-smp":     {"2"},
+		"-kernel":  {"/images/vmlinuz"},
+		"-initrd":  {"/images/initrd.cpio"},
+		"-pidfile": {"/run/ephemeral/vm1/pid"},
+		"-serial":  {"stdio"},
+		"-mon":     {"chardev=qmp,mode=control"},
+		"-drive":   {"id=root,if=none,format=raw,readonly=on,file=/images/rootfs.ext4"},
+		"-device": {
+			"virtio-blk-device,drive=root",
+			"virtio-serial-device",
+			"virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
+		},
+		"-chardev": {
+			"socket,id=qmp,fd=3,server=on,wait=off",
+			"socket,id=guest,fd=4,server=on,wait=off",
+		},
+		"-netdev": nil,
+	}
+	for flag, wantValues := range want {
+		if got := values(args, flag); !slices.Equal(got, wantValues) {
+			t.Errorf("%s values = %q, want %q", flag, got, wantValues)
+		}
+	}
+}
+
+func TestArgsKVM(t *testing.T) {
+	l := serialLaunch()
+	l.accel = accelKVM
+	args := mustArgs(t, l)
+	if got := values(args, "-accel"); !slices.Equal(got, []string{"kvm"}) {
+		t.Errorf("-accel = %q, want kvm", got)
+	}
+	if got := values(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
+		t.Errorf("-cpu = %q, want host", got)
+	}
+}
+
+func TestKernelCmdline(t *testing.T) {
+	args := mustArgs(t, serialLaunch())
+	appended := values(args, "-append")
+	if len(appended) != 1 {
+		t.Fatalf("-append given %d times: %q", len(appended), appended)
+	}
+	params := strings.Fields(appended[0])
+	for _, p := range []string{"console=ttyS0", "tsc_early_khz=2596146", "panic=-1"} {
+		if !slices.Contains(params, p) {
+			t.Errorf("kernel command line %q lacks %s", appended[0], p)
+		}
+	}
+	// The caller's parameters come last so they override the driver's.
+	if params[len(params)-1] != "ephemeral.debug=1" {
+		t.Errorf("kernel command line %q does not end with Config.Cmdline", appended[0])
+	}
+}
+
+func TestArgsVhostVsock(t *testing.T) {
+	l := serialLaunch()
+	l.serialFD, l.vhostFD, l.vsockCID = 0, 4, 1234567
+	args := mustArgs(t, l)
+	devices := values(args, "-device")
+	if !slices.Contains(devices, "vhost-vsock-device,guest-cid=1234567,vhostfd=4") {
+		t.Errorf("-device values %q lack the vhost-vsock device", devices)
+	}
+	for _, d := range devices {
+		if strings.HasPrefix(d, "virtio-serial") || strings.HasPrefix(d, "virtserialport") {
+			t.Errorf("vsock launch also has serial device %q", d)
+		}
+	}
+}
+
+func TestArgsTap(t *testing.T) {
+	l := serialLaunch()
+	l.cfg.Tap = os.Stdin // any open file: only its presence matters here
+	l.cfg.MAC = net.HardwareAddr{0x02, 0x00, 0x0a, 0xc8, 0x00, 0x02}
+	l.tapFD = 5
+	args := mustArgs(t, l)
+	if got := values(args, "-netdev"); !slices.Equal(got, []string{"tap,id=net0,fd=5"}) {
+		t.Errorf("-netdev = %q, want the tap on fd 5", got)
+	}
+	if devices := values(args, "-device"); !slices.Contains(devices, "virtio-net-device,netdev=net0,mac=02:00:0a:c8:00:02") {
+		t.Errorf("-device values %q lack virtio-net with the MAC", devices)
+	}
+}
+
+// A comma in a path must not end QEMU's option value and smuggle in
+// another option.
+func TestArgsEscapeCommas(t *testing.T) {
+	l := serialLaunch()
+	l.cfg.RootDisk = "/images/a,readonly=off,file=/etc/shadow"
+	drive := values(mustArgs(t, l), "-drive")
+	want := "id=root,if=none,format=raw,readonly=on,file=/images/a,,readonly=off,,file=/etc/shadow"
+	if !slices.Equal(drive, []string{want}) {
+		t.Fatalf("-drive = %q, want %q", drive, want)
+	}
+}
+
+func TestArgsRejectBadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*launch)
+		wantErr string
+	}{
+		{"id with a comma", func(l *launch) { l.cfg.ID = "a,b" }, "id"},
+		{"empty id", func(l *launch) { l.cfg.ID = "" }, "id"},
+		{"relative kernel", func(l *launch) { l.cfg.Kernel = "vmlinuz" }, "kernel path"},
+		{"no initrd", func(l *launch) { l.cfg.Initrd = "" }, "initrd path"},
+		{"no vcpus", func(l *launch) { l.cfg.VCPUs = 0 }, "vcpus"},
+		{"tiny memory", func(l *launch) { l.cfg.MemoryMiB = 16 }, "memory"},
+		{"unknown accelerator", func(l *launch) { l.accel = "hvf" }, "accelerator"},
+		{"no tsc rate", func(l *launch) { l.tscKHz = 0 }, "tsc"},
+		{"two guest channels", func(l *launch) { l.vhostFD, l.vsockCID = 5, 9 }, "exactly one guest channel"},
+		{"no guest channel", func(l *launch) { l.serialFD = 0 }, "exactly one guest channel"},
+		{"reserved cid", func(l *launch) { l.serialFD, l.vhostFD, l.vsockCID = 0, 4, 2 }, "guest cid"},
+		{"tap without mac", func(l *launch) { l.cfg.Tap, l.tapFD = os.Stdin, 5 }, "mac"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := serialLaunch()
+			tt.mutate(&l)
+			args, err := l.args()
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("args() = %q, %v; want an error containing %q", args, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLaunchedFor(t *testing.T) {
+	const pidFile = "/var/lib/ephemeral/vms/run_1/pid"
+	argv := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
+	tests := []struct {
+		name    string
+		cmdline []byte
+		want    bool
+	}{
+		{"our qemu", argv("/usr/bin/qemu-system-x86_64", "-name", "ephemeral-run_1", "-pidfile", pidFile, "-M", "microvm"), true},
+		{"qemu of another vm", argv("qemu-system-x86_64", "-pidfile", "/var/lib/ephemeral/vms/run_2/pid"), false},
+		{"reused pid, other program", argv("/usr/bin/sleep", "-pidfile", pidFile), false},
+		{"pidfile flag last", argv("qemu-system-x86_64", "-pidfile"), false},
+		{"kernel thread (empty cmdline)", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := launchedFor(tt.cmdline, pidFile); got != tt.want {
+				t.Fatalf("launchedFor(%q) = %v, want %v", tt.cmdline, got, tt.want)
+			}
+		})
+	}
+}

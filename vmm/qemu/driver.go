@@ -1,0 +1,258 @@
+// Package qemu runs microVMs with QEMU's microvm machine: KVM where the host
+// has hardware virtualization, the TCG emulator everywhere else.
+//
+// QEMU is launched with every socket it serves already created by the
+// driver and passed in as a descriptor (QMP, the guest channel), so there
+// is no waiting for sockets to appear and nothing to race. QMP tells when
+// the VM runs. The guest channel is vhost-vsock when the host has
+// /dev/vhost-vsock, otherwise a virtio-serial port behind a Unix socket.
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/qemu/internal/qmp"
+)
+
+// DefaultBinary is the QEMU looked up in PATH when New is given "".
+const DefaultBinary = "qemu-system-x86_64"
+
+// Available reports whether DefaultBinary is installed.
+func Available() error {
+	if _, err := exec.LookPath(DefaultBinary); err != nil {
+		return fmt.Errorf("%s not found: apt-get install qemu-system-x86", DefaultBinary)
+	}
+	return nil
+}
+
+// Driver starts QEMU microVMs. It is safe for concurrent use.
+type Driver struct {
+	binary string
+	// host is probed once: the CPU does not change under a running daemon.
+	host func() (hostFacts, error)
+}
+
+// hostFacts are what the command line needs to know about the host.
+type hostFacts struct {
+	accel  accel
+	tscKHz int
+}
+
+// New returns a driver that runs binary, or DefaultBinary from PATH when
+// binary is "".
+func New(binary string) *Driver {
+	if binary == "" {
+		binary = DefaultBinary
+	}
+	return &Driver{binary: binary, host: sync.OnceValues(probeHost)}
+}
+
+func probeHost() (hostFacts, error) {
+	facts := hostFacts{accel: accelTCG}
+	if vmm.HardwareKVM() == nil {
+		facts.accel = accelKVM
+	}
+	khz, err := vmm.HostTSCKHz()
+	if err != nil {
+		return hostFacts{}, fmt.Errorf("qemu: %w", err)
+	}
+	facts.tscKHz = khz
+	return facts, nil
+}
+
+// Name implements vmm.Driver.
+func (d *Driver) Name() string { return "qemu" }
+
+// Accelerator reports how guests will run on this host: "kvm" or "tcg".
+func (d *Driver) Accelerator() (string, error) {
+	facts, err := d.host()
+	return string(facts.accel), err
+}
+
+// Files the driver creates in Config.Dir.
+const (
+	qmpSocketName   = "qmp.sock"
+	guestSocketName = "guest.sock"
+	pidFileName     = "pid"
+)
+
+// Start implements vmm.Driver. ctx bounds the start only; once Start has
+// returned, the machine runs until Close or until the guest powers off.
+func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (_ vmm.Machine, err error) {
+	facts, err := d.host()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(d.binary); err != nil {
+		return nil, fmt.Errorf("qemu: %s not found: apt-get install qemu-system-x86", d.binary)
+	}
+	m := &machine{
+		dir:     cfg.Dir,
+		console: newTailBuffer(consoleTailSize),
+		done:    make(chan struct{}),
+	}
+	var undo undoStack
+	defer undo.run()
+	// Leftovers of an earlier VM in the same directory would make bind
+	// fail or point KillLeftover at a dead pid.
+	if err := m.removeFiles(); err != nil {
+		return nil, err
+	}
+	undo.push(func() { m.removeFiles() })
+
+	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, pidFile: filepath.Join(cfg.Dir, pidFileName)}
+	// extra becomes the child's descriptors 3, 4, ...; owned are the ones
+	// created here, whose parent copies are closed once the child has them.
+	var extra, owned []*os.File
+	defer func() {
+		for _, f := range owned {
+			f.Close()
+		}
+	}()
+	pass := func(f *os.File, own bool) int {
+		extra = append(extra, f)
+		if own {
+			owned = append(owned, f)
+		}
+		return 2 + len(extra)
+	}
+
+	qmpListener, err := listenUnix(filepath.Join(cfg.Dir, qmpSocketName))
+	if err != nil {
+		return nil, err
+	}
+	l.qmpFD = pass(qmpListener, true)
+	if vhost, cid, err := reserveVsockCID(); err == nil {
+		l.vhostFD, l.vsockCID = pass(vhost, true), cid
+		m.vsockCID = cid
+	} else {
+		serial, err := listenUnix(filepath.Join(cfg.Dir, guestSocketName))
+		if err != nil {
+			return nil, err
+		}
+		l.serialFD = pass(serial, true)
+	}
+	if cfg.Tap != nil {
+		// The caller keeps cfg.Tap; the child gets its own copy.
+		l.tapFD = pass(cfg.Tap, false)
+	}
+	args, err := l.args()
+	if err != nil {
+		return nil, err
+	}
+
+	cmd := exec.Command(d.binary, args...)
+	cmd.ExtraFiles = extra
+	cmd.Stdout = m.console // the serial console
+	cmd.Stderr = m.console // QEMU's own complaints, next to what the guest said
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own group, so Close can kill everything it spawned ...
+		Setpgid: true,
+		// ... and it dies with the daemon, even on a crash.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	// A process that inherited the console pipe must not hold Wait open.
+	cmd.WaitDelay = time.Second
+	m.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
+	}
+	m.timings.Launched = time.Now()
+	go m.wait()
+	undo.push(func() { m.Close() })
+
+	for _, f := range owned {
+		f.Close()
+	}
+	owned = nil
+
+	if err := m.waitRunning(ctx); err != nil {
+		return nil, err
+	}
+	m.timings.Running = time.Now()
+	undo.release()
+	return m, nil
+}
+
+// waitRunning connects to QMP and returns once QEMU reports the VM
+// running, or fails with what QEMU printed when it exits first.
+func (m *machine) waitRunning(ctx context.Context) error {
+	// QMP I/O fails when QEMU dies (its end of the socket closes), so no
+	// separate watch on the process is needed while talking to it.
+	client, err := qmp.Dial(ctx, filepath.Join(m.dir, qmpSocketName))
+	if err != nil {
+		return m.startError(ctx, err)
+	}
+	defer client.Close()
+	const poll = 10 * time.Millisecond
+	for {
+		status, err := client.QueryStatus(ctx)
+		if err != nil {
+			return m.startError(ctx, err)
+		}
+		if status.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("qemu: wait for running (state %q): %w", status.Status, ctx.Err())
+		case <-m.done:
+			return m.startError(ctx, fmt.Errorf("state %q", status.Status))
+		case <-time.After(poll):
+		}
+	}
+}
+
+// startError explains a failed start: the caller's cancellation, or QEMU
+// exiting, with the end of its console (QEMU's error message is there).
+func (m *machine) startError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("qemu: start: %w", ctx.Err())
+	}
+	select {
+	case <-m.done:
+		return m.exitError()
+	case <-time.After(time.Second):
+		// A live QEMU that broke QMP: say so, with what it printed.
+		return fmt.Errorf("qemu: start: %w; console:\n%s", err, printableTail(m.console.String()))
+	}
+}
+
+// listenUnix creates a listening Unix socket at path and returns it as a
+// file for QEMU to inherit. Closing the parent's copy leaves the path in
+// place: QEMU still listens on it.
+func listenUnix(path string) (*os.File, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("qemu: listen: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	defer l.Close()
+	f, err := l.File()
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("qemu: listen %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// undoStack collects the cleanups of a multi-step setup; run undoes them
+// in reverse order unless release was called after the last step.
+type undoStack struct{ steps []func() }
+
+func (u *undoStack) push(f func()) { u.steps = append(u.steps, f) }
+func (u *undoStack) release()      { u.steps = nil }
+func (u *undoStack) run() {
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		u.steps[i]()
+	}
+}
