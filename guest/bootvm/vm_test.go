@@ -1,0 +1,273 @@
+package bootvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// bootTimeout bounds a boot to a ready init; TCG on a loaded machine is
+// slow, so it is generous (it bounds a hang, it does not measure speed).
+const bootTimeout = 90 * time.Second
+
+// vm is one booted guest.
+type vm struct {
+	client  *vsockproto.Client
+	hello   vsockproto.Hello
+	console *syncBuffer
+}
+
+// syncBuffer collects QEMU's serial console while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func stateDir() string {
+	if d := os.Getenv("EPHEMERAL_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/ephemeral"
+}
+
+// qemuArgs is the machine every guest test boots: the QEMU flags the
+// product uses under TCG (microvm, qemu64, a fixed TSC rate).
+func qemuArgs(img *image.Image, sock string) []string {
+	return []string{
+		"-M", "microvm", "-accel", "tcg", "-cpu", "qemu64", "-m", "512", "-smp", "1",
+		"-nodefaults", "-no-user-config", "-no-reboot", "-nographic", "-serial", "stdio",
+		"-kernel", img.Kernel, "-initrd", img.Initrd,
+		"-append", "console=ttyS0 tsc_early_khz=2000000 panic=-1 quiet",
+		"-drive", "id=root,file=" + img.RootDisk + ",format=raw,if=none,readonly=on",
+		"-device", "virtio-blk-device,drive=root",
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=guest,path=" + sock + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
+	}
+}
+
+// boot starts a VM for the test and stops it at cleanup.
+func boot(t *testing.T) *vm {
+	t.Helper()
+	img, err := image.Load(stateDir())
+	if errors.Is(err, image.ErrNoImage) {
+		t.Skipf("no guest image in %s: build it with `make build && sudo bin/ephemeral image build` (or set EPHEMERAL_STATE_DIR)", stateDir())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Skip("qemu-system-x86_64 not found: install it with `apt-get install qemu-system-x86`")
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "guest.sock")
+	console := &syncBuffer{}
+	cmd := exec.Command(qemu, qemuArgs(img, sock)...)
+	cmd.Stdout = console
+	cmd.Stderr = console
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("guest console:\n%s", console.String())
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	conn, err := dialRetry(ctx, sock, exited)
+	if err != nil {
+		t.Fatalf("connect to guest: %v\nconsole:\n%s", err, console.String())
+	}
+	client := vsockproto.NewClient(conn)
+	t.Cleanup(func() { client.Close() })
+	hello, err := client.Hello(ctx)
+	if err != nil {
+		t.Fatalf("hello: %v\nconsole:\n%s", err, console.String())
+	}
+	return &vm{client: client, hello: hello, console: console}
+}
+
+// dialRetry connects to QEMU's chardev socket once QEMU has created it.
+func dialRetry(ctx context.Context, sock string, exited <-chan struct{}) (net.Conn, error) {
+	for {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", sock)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-exited:
+			return nil, errors.New("qemu exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// result is a finished command as the test sees it.
+type result struct {
+	status         vsockproto.ExitStatus
+	stdout, stderr string
+}
+
+func (v *vm) run(t *testing.T, req vsockproto.ExecRequest) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	status, err := v.client.Exec(ctx, req, nil, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("exec %+v: %v", req, err)
+	}
+	return result{status: status, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func (v *vm) shell(t *testing.T, script string) result {
+	t.Helper()
+	return v.run(t, vsockproto.ExecRequest{Shell: script})
+}
+
+// TestGuest boots one VM and runs the scenarios on it; boots under TCG
+// cost seconds, so the scenarios share a guest where they can.
+func TestGuest(t *testing.T) {
+	v := boot(t)
+	t.Logf("hello: %+v", v.hello)
+
+	t.Run("hello", func(t *testing.T) {
+		if v.hello.Transport != "serial" {
+			t.Errorf("transport = %q, want serial (no vsock device attached)", v.hello.Transport)
+		}
+		if !strings.HasPrefix(v.hello.ScratchDir, "/tmp/ephemeral-run-") || !strings.HasSuffix(v.hello.ScratchDir, "/scratch") {
+			t.Errorf("scratch dir = %q", v.hello.ScratchDir)
+		}
+		if v.hello.KernelRelease == "" || v.hello.KernelUptime <= 0 || v.hello.InitDuration <= 0 {
+			t.Errorf("hello lacks boot facts: %+v", v.hello)
+		}
+	})
+
+	t.Run("identity", func(t *testing.T) {
+		r := v.shell(t, "pwd; whoami; id -u; id -g; echo $HOME; stat -c %a:%U $(dirname $PWD)")
+		want := strings.Join([]string{v.hello.ScratchDir, "worker", "1000", "1000", "/home/worker", "700:worker"}, "\n") + "\n"
+		if r.stdout != want || r.status.Code != 0 {
+			t.Errorf("got %q (exit %d, stderr %q), want %q", r.stdout, r.status.Code, r.stderr, want)
+		}
+	})
+
+	t.Run("argv and env", func(t *testing.T) {
+		r := v.run(t, vsockproto.ExecRequest{Argv: []string{"printenv", "GREETING", "PATH", "LANG"}, Env: []string{"GREETING=hi there"}})
+		want := "hi there\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nC.UTF-8\n"
+		if r.stdout != want {
+			t.Errorf("stdout = %q, want %q", r.stdout, want)
+		}
+	})
+
+	t.Run("command not found", func(t *testing.T) {
+		r := v.run(t, vsockproto.ExecRequest{Argv: []string{"no-such-tool", "x"}})
+		if r.status.Code != 127 || !strings.Contains(r.stderr, "no-such-tool: command not found") {
+			t.Errorf("got exit %d stderr %q, want 127 and 'command not found'", r.status.Code, r.stderr)
+		}
+	})
+
+	t.Run("exit code and stderr", func(t *testing.T) {
+		r := v.shell(t, "echo oops >&2; exit 3")
+		if r.status.Code != 3 || r.stderr != "oops\n" {
+			t.Errorf("got exit %d stderr %q", r.status.Code, r.stderr)
+		}
+	})
+
+	t.Run("timeout kills the process group", func(t *testing.T) {
+		r := v.run(t, vsockproto.ExecRequest{Shell: "sh -c 'sleep 1000 & sleep 1000'", Timeout: 2 * time.Second})
+		if !r.status.TimedOut || r.status.Signal != 9 {
+			t.Errorf("status = %+v, want timed out by SIGKILL", r.status)
+		}
+		left := v.shell(t, "pgrep -x sleep || true")
+		if strings.TrimSpace(left.stdout) != "" {
+			t.Errorf("sleep processes survive the timeout: %q", left.stdout)
+		}
+	})
+
+	t.Run("background child holding stdout", func(t *testing.T) {
+		r := v.shell(t, "sleep 600 & echo started")
+		if r.status.Code != 0 || r.stdout != "started\n" {
+			t.Errorf("got %+v %q", r.status, r.stdout)
+		}
+		v.shell(t, "pkill -x sleep")
+	})
+
+	t.Run("no resolver", func(t *testing.T) {
+		r := v.shell(t, "curl -sS -m 5 https://example.com")
+		if r.status.Code == 0 || !strings.Contains(r.stderr, "Could not resolve host") {
+			t.Errorf("curl: exit %d stderr %q, want a resolve failure", r.status.Code, r.stderr)
+		}
+	})
+
+	t.Run("files", func(t *testing.T) {
+		ctx := context.Background()
+		if err := v.client.WriteFile(ctx, vsockproto.FileRequest{Path: "in.txt", Mode: 0o600}, strings.NewReader("payload\n")); err != nil {
+			t.Fatal(err)
+		}
+		r := v.shell(t, "stat -c '%a %U' in.txt; tr a-z A-Z < in.txt > out.txt")
+		if r.stdout != "600 worker\n" {
+			t.Errorf("written file: %q, want mode 600 owned by worker", r.stdout)
+		}
+		var out bytes.Buffer
+		if err := v.client.ReadFile(ctx, vsockproto.FileRequest{Path: v.hello.ScratchDir + "/out.txt", MaxBytes: 100}, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != "PAYLOAD\n" {
+			t.Errorf("read back %q", out.String())
+		}
+		if err := v.client.ReadFile(ctx, vsockproto.FileRequest{Path: "out.txt", MaxBytes: 3}, &bytes.Buffer{}); err == nil {
+			t.Error("read of 8 bytes with MaxBytes 3 succeeded")
+		}
+		if err := v.client.ReadFile(ctx, vsockproto.FileRequest{Path: "/dev/zero"}, &bytes.Buffer{}); err == nil {
+			t.Error("read of /dev/zero succeeded")
+		}
+	})
+
+	t.Run("root is writable but only in RAM", func(t *testing.T) {
+		r := v.run(t, vsockproto.ExecRequest{Shell: "echo x > /etc/proof && cat /etc/proof && findmnt -no FSTYPE /", User: "root"})
+		if r.stdout != "x\noverlay\n" {
+			t.Errorf("got %q (stderr %q)", r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("orphans are reaped", func(t *testing.T) {
+		v.shell(t, "for i in 1 2 3; do (sleep 0.1 &) ; done; sleep 0.5")
+		r := v.shell(t, "ps -eo stat= | grep -c Z || true")
+		if strings.TrimSpace(r.stdout) != "0" {
+			t.Errorf("zombies left: %q", r.stdout)
+		}
+	})
+}

@@ -1,0 +1,209 @@
+// Command ephemeral-init is PID 1 of an Ephemeral microVM. It boots the
+// guest (kernel filesystems, modules, a read-only root with a RAM overlay),
+// then serves the host's requests over vsock or virtio-serial until the
+// host powers the VM off. It must be built static (CGO_ENABLED=0).
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/vsock"
+	"golang.org/x/sys/unix"
+
+	"github.com/ephemeralhq/ephemeral/guest/initd"
+	"github.com/ephemeralhq/ephemeral/guest/netconf"
+	"github.com/ephemeralhq/ephemeral/guest/service"
+	"github.com/ephemeralhq/ephemeral/guest/worker"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// rootDisk is the first virtio-blk device: the image's ext4 root.
+const rootDisk = "/dev/vda"
+
+// deviceTimeout bounds the wait for the root disk to appear.
+const deviceTimeout = 10 * time.Second
+
+// hostname is what commands see from `hostname`.
+const hostname = "ephemeral"
+
+// reconnectDelay spaces reopening the serial port after a host disconnects:
+// the port reads EOF until a host connects again.
+const reconnectDelay = 20 * time.Millisecond
+
+var started = time.Now()
+
+// logf writes to the kernel console (ttyS0), the one diagnosis aid a
+// broken boot leaves.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stdout, "ephemeral-init +%dms: %s\n", time.Since(started).Milliseconds(), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	if os.Getpid() != 1 {
+		fmt.Fprintln(os.Stderr, "ephemeral-init: must run as PID 1 inside the guest VM")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	svc, hello, err := boot(ctx)
+	if err != nil {
+		fail(err)
+	}
+	logf("ready in %v (kernel uptime %v), serving over %s, scratch %s", hello.InitDuration.Round(time.Millisecond),
+		hello.KernelUptime.Round(time.Millisecond), hello.Transport, hello.ScratchDir)
+	if err := serve(ctx, hello, svc); err != nil {
+		fail(err)
+	}
+}
+
+// fail ends the VM: PID 1 must not exit (the kernel would panic with a
+// less useful message), and the host notices a powered-off VM.
+func fail(err error) {
+	logf("fatal: %v", err)
+	if perr := initd.PowerOff(); perr != nil {
+		logf("%v", perr)
+	}
+	select {}
+}
+
+func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
+	var hello vsockproto.Hello
+	if err := initd.MountAll(initd.EarlyMounts); err != nil {
+		return nil, hello, err
+	}
+	if err := initd.LoadModules(); err != nil {
+		return nil, hello, err
+	}
+	logf("modules loaded")
+	waitCtx, cancel := context.WithTimeout(ctx, deviceTimeout)
+	defer cancel()
+	if err := initd.WaitForDevice(waitCtx, rootDisk); err != nil {
+		return nil, hello, err
+	}
+	if err := initd.SwitchToOverlayRoot(rootDisk); err != nil {
+		return nil, hello, err
+	}
+	if err := initd.MountAll(initd.RootMounts); err != nil {
+		return nil, hello, err
+	}
+	if err := initd.MakeDevLinks(); err != nil {
+		return nil, hello, err
+	}
+	if err := unix.Sethostname([]byte(hostname)); err != nil {
+		return nil, hello, fmt.Errorf("set hostname: %w", os.NewSyscallError("sethostname", err))
+	}
+	if err := netconf.LoopbackUp(); err != nil {
+		return nil, hello, err
+	}
+	acct, err := worker.LookupAccount("/", worker.DefaultUser)
+	if err != nil {
+		return nil, hello, err
+	}
+	scratch, err := initd.CreateScratch("/tmp", int(acct.UID), int(acct.GID))
+	if err != nil {
+		return nil, hello, err
+	}
+	runner := &worker.Runner{Reaper: worker.NewReaper(), Root: "/", ScratchDir: scratch}
+	svc := &service.Service{Runner: runner, PowerOff: initd.PowerOff, Logf: logf}
+
+	uptime, err := kernelUptime()
+	if err != nil {
+		return nil, hello, err
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return nil, hello, fmt.Errorf("uname: %w", os.NewSyscallError("uname", err))
+	}
+	hello = vsockproto.Hello{
+		ProtocolVersion: vsockproto.ProtocolVersion,
+		KernelUptime:    uptime,
+		InitDuration:    time.Since(started),
+		ScratchDir:      scratch,
+		Transport:       "serial",
+		KernelRelease:   unix.ByteSliceToString(uts.Release[:]),
+	}
+	if vsockAvailable() {
+		hello.Transport = "vsock"
+	}
+	return svc, hello, nil
+}
+
+// kernelUptime reads the first field of /proc/uptime.
+func kernelUptime() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, fmt.Errorf("read uptime: %w", err)
+	}
+	field, _, _ := strings.Cut(string(data), " ")
+	secs, err := strconv.ParseFloat(field, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse uptime %q: %w", data, err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// vsockAvailable reports whether the VM has a vsock device: the transport
+// module loads without one, but then the local context id stays "any".
+func vsockAvailable() bool {
+	cid, err := vsock.ContextID()
+	return err == nil && cid > vsock.Host && cid != math.MaxUint32
+}
+
+func serve(ctx context.Context, hello vsockproto.Hello, svc *service.Service) error {
+	if hello.Transport == "vsock" {
+		return serveVsock(ctx, hello, svc)
+	}
+	return serveSerial(ctx, hello, svc)
+}
+
+// serveVsock serves every host connection, each on its own goroutine.
+func serveVsock(ctx context.Context, hello vsockproto.Hello, svc *service.Service) error {
+	ln, err := vsockproto.ListenVsock(vsockproto.Port)
+	if err != nil {
+		return fmt.Errorf("listen on vsock port %d: %w", vsockproto.Port, err)
+	}
+	defer ln.Close()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return fmt.Errorf("accept on vsock port %d: %w", vsockproto.Port, err)
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer conn.Close()
+			if err := vsockproto.Serve(ctx, conn, hello, svc); err != nil {
+				logf("connection from %s: %v", conn.RemoteAddr(), err)
+			}
+		}()
+	}
+}
+
+// serveSerial serves the virtio-serial port, one host connection at a
+// time, reopening it whenever the host goes away.
+func serveSerial(ctx context.Context, hello vsockproto.Hello, svc *service.Service) error {
+	for {
+		port, err := vsockproto.OpenSerialPort(vsockproto.SerialPortName)
+		if err != nil {
+			return err
+		}
+		err = vsockproto.Serve(ctx, vsockproto.FileConn(port), hello, svc)
+		port.Close()
+		if err != nil {
+			logf("serial connection: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(reconnectDelay):
+		}
+	}
+}
