@@ -1,0 +1,460 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+)
+
+// Status is where a run is in its life.
+type Status string
+
+// The statuses a run goes through; every run ends in exactly one terminal one.
+const (
+	Queued         Status = "queued"
+	Running        Status = "running"
+	Succeeded      Status = "succeeded"
+	Failed         Status = "failed"
+	TimedOut       Status = "timed_out"
+	BudgetExceeded Status = "budget_exceeded"
+	Canceled       Status = "canceled"
+)
+
+// Statuses lists every status, for metrics.
+var Statuses = []Status{Queued, Running, Succeeded, Failed, TimedOut, BudgetExceeded, Canceled}
+
+// Terminal reports whether the run has ended.
+func (s Status) Terminal() bool { return s != Queued && s != Running }
+
+var (
+	// ErrIdempotencyMismatch means the Idempotency-Key was used before with a
+	// different request body.
+	ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
+	// ErrTooManyActive means the organisation already has its maximum of
+	// queued and running runs.
+	ErrTooManyActive = errors.New("too many active runs")
+	// ErrActive means the operation needs a finished run.
+	ErrActive = errors.New("run is still active")
+)
+
+// Run is a stored run.
+type Run struct {
+	ID             string
+	OrgID          string
+	Status         Status
+	Request        json.RawMessage // nil under zero data retention and after purge
+	Model          string
+	ZeroRetention  bool
+	TimeoutSeconds int
+	CreatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	Reserved       int64
+	Charged        int64
+	Released       int64
+	Usage          ledger.Usage
+	Cost           ledger.Cost
+	Output         *string
+	ErrorCode      string
+	ErrorMessage   string
+	RetentionUntil *time.Time
+	PurgedAt       *time.Time
+}
+
+// Event is one timeline entry.
+type Event struct {
+	Seq      int64
+	T        time.Duration // since the run was queued
+	Category string
+	Message  string
+	Data     json.RawMessage
+	Content  bool // Message or Data carry user content: removed when the run is purged
+}
+
+// NewRun is what CreateRun stores.
+type NewRun struct {
+	ID             string
+	OrgID          string
+	IdempotencyKey string // empty: none
+	RequestHash    []byte
+	Request        json.RawMessage // nil under zero data retention
+	Model          string
+	ZeroRetention  bool
+	TimeoutSeconds int
+	Reserve        int64
+	CreatedAt      time.Time
+	MaxActive      int   // the organisation's cap on queued+running runs
+	Queued         Event // the first timeline entry
+}
+
+const runColumns = `id, org_id, status, request, model, zero_retention, timeout_seconds, created_at, started_at,
+	finished_at, reserved, charged, released, model_micros, web_micros, compute_micros, model_calls, input_tokens,
+	output_tokens, web_requests, shell_commands, vm_millis, output, error_code, error_message, retention_until, purged_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanRun(row scanner) (Run, error) {
+	var r Run
+	var request, output, errCode, errMsg sql.NullString
+	var created, vmMillis int64
+	var started, finished, retention, purged sql.NullInt64
+	err := row.Scan(&r.ID, &r.OrgID, &r.Status, &request, &r.Model, &r.ZeroRetention, &r.TimeoutSeconds, &created,
+		&started, &finished, &r.Reserved, &r.Charged, &r.Released, &r.Cost.Model, &r.Cost.Web, &r.Cost.Compute,
+		&r.Usage.ModelCalls, &r.Usage.InputTokens, &r.Usage.OutputTokens, &r.Usage.WebRequests,
+		&r.Usage.ShellCommands, &vmMillis, &output, &errCode, &errMsg, &retention, &purged)
+	if err != nil {
+		return Run{}, err
+	}
+	if request.Valid {
+		r.Request = json.RawMessage(request.String)
+	}
+	if output.Valid {
+		r.Output = &output.String
+	}
+	r.ErrorCode, r.ErrorMessage = errCode.String, errMsg.String
+	r.Usage.ModelMicros = r.Cost.Model
+	r.Usage.VMTime = time.Duration(vmMillis) * time.Millisecond
+	r.CreatedAt = time.UnixMilli(created).UTC()
+	r.StartedAt, r.FinishedAt = fromMillis(started), fromMillis(finished)
+	r.RetentionUntil, r.PurgedAt = fromMillis(retention), fromMillis(purged)
+	return r, nil
+}
+
+// CreateRun stores a queued run and reserves its budget in one transaction.
+// With an idempotency key that was seen before it returns the earlier run
+// (created false) when the request hash matches and ErrIdempotencyMismatch
+// otherwise; it never reserves twice. It fails with ErrTooManyActive at the
+// organisation's cap and ledger.ErrInsufficientFunds when the balance
+// cannot cover the reservation.
+func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if nr.IdempotencyKey != "" {
+			var hash []byte
+			var id string
+			err := tx.QueryRowContext(ctx, `SELECT id, request_hash FROM runs WHERE org_id = ? AND idempotency_key = ?`,
+				nr.OrgID, nr.IdempotencyKey).Scan(&id, &hash)
+			switch {
+			case err == nil && !bytes.Equal(hash, nr.RequestHash):
+				return ErrIdempotencyMismatch
+			case err == nil:
+				run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("store: look up idempotency key: %w", err)
+			}
+		}
+		var active int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE org_id = ? AND status IN ('queued', 'running')`,
+			nr.OrgID).Scan(&active); err != nil {
+			return fmt.Errorf("store: count active runs: %w", err)
+		}
+		if active >= nr.MaxActive {
+			return ErrTooManyActive
+		}
+		if err := ledger.Reserve(ctx, tx, nr.OrgID, nr.ID, nr.Reserve); err != nil {
+			return err
+		}
+		var key, request any
+		if nr.IdempotencyKey != "" {
+			key = nr.IdempotencyKey
+		}
+		if nr.Request != nil {
+			request = string(nr.Request)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (id, org_id, idempotency_key, request_hash, request, model,
+			zero_retention, timeout_seconds, status, created_at, reserved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			nr.ID, nr.OrgID, key, nr.RequestHash, request, nr.Model, nr.ZeroRetention, nr.TimeoutSeconds, Queued,
+			millis(nr.CreatedAt), nr.Reserve)
+		if err != nil {
+			return fmt.Errorf("store: insert run: %w", err)
+		}
+		if _, err := appendEvent(ctx, tx, nr.ID, nr.Queued); err != nil {
+			return err
+		}
+		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, nr.ID))
+		created = true
+		return err
+	})
+	return run, created, err
+}
+
+// GetRun loads one of an organisation's runs; another organisation's run is
+// ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, orgID, runID string) (Run, error) {
+	r, err := scanRun(s.read.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND org_id = ?`, runID, orgID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Run{}, fmt.Errorf("store: run %s: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("store: run %s: %w", runID, err)
+	}
+	return r, nil
+}
+
+// ListRuns returns up to limit of an organisation's runs, newest first,
+// starting after the run startingAfter (empty: from the newest), and whether
+// more follow.
+func (s *Store) ListRuns(ctx context.Context, orgID, startingAfter string, limit int) ([]Run, bool, error) {
+	var before int64 = 1<<63 - 1
+	if startingAfter != "" {
+		err := s.read.QueryRowContext(ctx, `SELECT seq FROM runs WHERE id = ? AND org_id = ?`, startingAfter, orgID).Scan(&before)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, false, fmt.Errorf("store: cursor %s: %w", startingAfter, ErrNotFound)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("store: cursor %s: %w", startingAfter, err)
+		}
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+runColumns+` FROM runs WHERE org_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`,
+		orgID, before, limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: list runs: %w", err)
+	}
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, false, fmt.Errorf("store: list runs: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("store: list runs: %w", err)
+	}
+	if len(runs) > limit {
+		return runs[:limit], true, nil
+	}
+	return runs, false, nil
+}
+
+// MarkRunning moves a queued run to running; it reports false when the run
+// is no longer queued (canceled meanwhile).
+func (s *Store) MarkRunning(ctx context.Context, runID string, at time.Time) (bool, error) {
+	res, err := s.write.ExecContext(ctx, `UPDATE runs SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'`,
+		millis(at), runID)
+	if err := oneRow(res, err); errors.Is(err, ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("store: mark %s running: %w", runID, err)
+	}
+	return true, nil
+}
+
+// RecordUsage persists a running run's metered usage so that a crash cannot
+// lose what it spent.
+func (s *Store) RecordUsage(ctx context.Context, runID string, u ledger.Usage, c ledger.Cost) error {
+	_, err := s.write.ExecContext(ctx, `UPDATE runs SET model_micros = ?, web_micros = ?, compute_micros = ?,
+		model_calls = ?, input_tokens = ?, output_tokens = ?, web_requests = ?, shell_commands = ?, vm_millis = ?
+		WHERE id = ?`, c.Model, c.Web, c.Compute, u.ModelCalls, u.InputTokens, u.OutputTokens, u.WebRequests,
+		u.ShellCommands, u.VMTime.Milliseconds(), runID)
+	if err != nil {
+		return fmt.Errorf("store: record usage of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// Finish is how a run ended.
+type Finish struct {
+	Status         Status
+	Output         *string
+	ErrorCode      string
+	ErrorMessage   string
+	Usage          ledger.Usage
+	Cost           ledger.Cost
+	At             time.Time
+	RetentionUntil time.Time
+}
+
+// FinishRun ends an active run: it settles the hold (charging f.Cost, capped
+// at the reservation), stores the outcome and appends the events built from
+// the settled amounts, all in one transaction. Finishing a run that already
+// ended returns ErrNotFound-wrapped error and changes nothing.
+func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND status IN ('queued', 'running')`, runID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("store: finish %s: no active run: %w", runID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("store: finish %s: %w", runID, err)
+		}
+		charged, released, err := ledger.Settle(ctx, tx, r.OrgID, runID, r.Reserved, f.Cost.Total())
+		if err != nil {
+			return err
+		}
+		if charged != f.Cost.Total() {
+			return fmt.Errorf("store: finish %s: cost %d exceeds reservation %d", runID, f.Cost.Total(), r.Reserved)
+		}
+		var output, errCode, errMsg any
+		if f.Output != nil {
+			output = *f.Output
+		}
+		if f.ErrorCode != "" {
+			errCode, errMsg = f.ErrorCode, f.ErrorMessage
+		}
+		u, c := f.Usage, f.Cost
+		_, err = tx.ExecContext(ctx, `UPDATE runs SET status = ?, finished_at = ?, charged = ?, released = ?,
+			model_micros = ?, web_micros = ?, compute_micros = ?, model_calls = ?, input_tokens = ?, output_tokens = ?,
+			web_requests = ?, shell_commands = ?, vm_millis = ?, output = ?, error_code = ?, error_message = ?,
+			retention_until = ? WHERE id = ?`,
+			f.Status, millis(f.At), charged, released, c.Model, c.Web, c.Compute, u.ModelCalls, u.InputTokens,
+			u.OutputTokens, u.WebRequests, u.ShellCommands, u.VMTime.Milliseconds(), output, errCode, errMsg,
+			millis(f.RetentionUntil), runID)
+		if err != nil {
+			return fmt.Errorf("store: finish %s: %w", runID, err)
+		}
+		for _, e := range events(charged, released) {
+			if _, err := appendEvent(ctx, tx, runID, e); err != nil {
+				return err
+			}
+		}
+		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
+		return err
+	})
+	return run, err
+}
+
+// ActiveRuns lists every queued or running run: after a restart these are
+// the runs a dead daemon left behind.
+func (s *Store) ActiveRuns(ctx context.Context) ([]Run, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+runColumns+` FROM runs WHERE status IN ('queued', 'running') ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("store: active runs: %w", err)
+	}
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: active runs: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: active runs: %w", err)
+	}
+	return runs, nil
+}
+
+// PurgeRun removes a finished run's content (request, output, error text,
+// content events), keeping its metering and the ledger intact.
+func (s *Store) PurgeRun(ctx context.Context, orgID, runID string, at time.Time) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND org_id = ?`, runID, orgID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("store: purge %s: %w", runID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("store: purge %s: %w", runID, err)
+		}
+		if !r.Status.Terminal() {
+			return fmt.Errorf("store: purge %s: %w", runID, ErrActive)
+		}
+		if err := purge(ctx, tx, runID, at); err != nil {
+			return err
+		}
+		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
+		return err
+	})
+	return run, err
+}
+
+// PurgedContent replaces content in purged events.
+const PurgedContent = "[purged]"
+
+func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE runs SET request = NULL, output = NULL,
+		error_message = CASE WHEN error_message IS NULL THEN NULL ELSE ? END,
+		purged_at = coalesce(purged_at, ?) WHERE id = ?`, PurgedContent, millis(at), runID); err != nil {
+		return fmt.Errorf("store: purge %s: %w", runID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE events SET message = ?, data = NULL WHERE run_id = ? AND content = 1`,
+		PurgedContent, runID); err != nil {
+		return fmt.Errorf("store: purge events of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// PurgeExpired purges every finished run whose retention ended before now
+// and forgets idempotency keys older than keyTTL. It returns how many runs
+// were purged.
+func (s *Store) PurgeExpired(ctx context.Context, now time.Time, keyTTL time.Duration) (int, error) {
+	var ids []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE purged_at IS NULL AND retention_until <= ?`, millis(now))
+		if err != nil {
+			return fmt.Errorf("store: expired runs: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: expired runs: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: expired runs: %w", err)
+		}
+		for _, id := range ids {
+			if err := purge(ctx, tx, id, now); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_at <= ?`,
+			millis(now.Add(-keyTTL))); err != nil {
+			return fmt.Errorf("store: forget idempotency keys: %w", err)
+		}
+		return nil
+	})
+	return len(ids), err
+}
+
+// Totals are daemon-wide figures for metrics.
+type Totals struct {
+	RunsByStatus map[Status]int64
+	Held         int64
+	Charged      int64
+}
+
+// Totals counts runs by status and sums the ledger.
+func (s *Store) Totals(ctx context.Context) (Totals, error) {
+	t := Totals{RunsByStatus: map[Status]int64{}}
+	rows, err := s.read.QueryContext(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+	if err != nil {
+		return t, fmt.Errorf("store: count runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st Status
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return t, fmt.Errorf("store: count runs: %w", err)
+		}
+		t.RunsByStatus[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return t, fmt.Errorf("store: count runs: %w", err)
+	}
+	if err := s.read.QueryRowContext(ctx, `SELECT coalesce(sum(held), 0), coalesce(sum(charged), 0) FROM accounts`).
+		Scan(&t.Held, &t.Charged); err != nil {
+		return t, fmt.Errorf("store: sum accounts: %w", err)
+	}
+	return t, nil
+}
+
+// IsUniqueViolation reports whether err is SQLite refusing a duplicate key.
+func IsUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
