@@ -1,0 +1,77 @@
+// Package timeline holds the wording of a run's timeline, taken from the
+// product page ("Budget $0.04 reserved", "microVM ready", "$0.00353
+// charged, $0.03647 released"), and the Hub that wakes live event streams
+// when a run's timeline grows.
+package timeline
+
+import (
+	"fmt"
+
+	"github.com/ephemeralhq/ephemeral/hostd/money"
+)
+
+// Categories as the product page labels them.
+const (
+	Queued          = "Queued"
+	MicroVM         = "MicroVM"
+	Shell           = "Shell"
+	Web             = "Web"
+	Model           = "Model"
+	Successful      = "Successful"
+	Failed          = "Failed"
+	TimedOut        = "Timed out"
+	BudgetExceeded  = "Budget exceeded"
+	Canceled        = "Canceled"
+	WorkerDestroyed = "Worker destroyed"
+)
+
+// Fixed messages.
+const (
+	MicroVMReady     = "microVM ready"
+	MicroVMDestroyed = "microVM destroyed"
+)
+
+// Reserved is the first entry of every run: "Budget $0.04 reserved".
+func Reserved(micros int64) string { return "Budget " + money.Format(micros) + " reserved" }
+
+// WorkerStarted states the run's permissions: "worker started · shell on · web off".
+func WorkerStarted(shell, web bool) string {
+	return "worker started · shell " + onOff(shell) + " · web " + onOff(web)
+}
+
+// Command is a shell entry: "$ pwd; whoami".
+func Command(cmd string) string { return "$ " + cmd }
+
+// ModelSummary closes a successful run: "3 model calls, 5,214 tokens".
+func ModelSummary(calls, tokens int64) string {
+	return plural(calls, "model call") + ", " + plural(tokens, "token")
+}
+
+// Settled is the last entry of every run: "$0.00353 charged, $0.03647 released".
+func Settled(charged, released int64) string {
+	return money.Format(charged) + " charged, " + money.Format(released) + " released"
+}
+
+// TimedOutAfter says the hard timeout stopped the run.
+func TimedOutAfter(seconds int) string {
+	return fmt.Sprintf("timeout of %d s reached, microVM destroyed", seconds)
+}
+
+// LimitReached says the budget stopped the run.
+func LimitReached(limit int64) string {
+	return "budget of " + money.Format(limit) + " reached, run stopped"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return money.Count(n) + " " + noun + "s"
+}

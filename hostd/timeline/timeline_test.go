@@ -1,0 +1,41 @@
+package timeline
+
+import "testing"
+
+func TestWordingMatchesProductPage(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{Reserved(40000), "Budget $0.04 reserved"},
+		{WorkerStarted(true, false), "worker started · shell on · web off"},
+		{WorkerStarted(false, true), "worker started · shell off · web on"},
+		{Command("pwd; whoami"), "$ pwd; whoami"},
+		{ModelSummary(3, 5214), "3 model calls, 5,214 tokens"},
+		{ModelSummary(1, 1), "1 model call, 1 token"},
+		{ModelSummary(0, 0), "0 model calls, 0 tokens"},
+		{Settled(3530, 36470), "$0.00353 charged, $0.03647 released"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+func TestHubWakesWaitersOnce(t *testing.T) {
+	h := NewHub()
+	a := h.Changed("run_a")
+	b := h.Changed("run_b")
+	h.Notify("run_a")
+	select {
+	case <-a:
+	default:
+		t.Fatal("waiter on run_a not woken")
+	}
+	select {
+	case <-b:
+		t.Fatal("waiter on run_b woken by run_a's change")
+	default:
+	}
+	if next := h.Changed("run_a"); next == a {
+		t.Fatal("Changed after Notify returned the already closed channel")
+	}
+}
