@@ -1,0 +1,113 @@
+package runs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
+)
+
+// Recorder is an Executor's only way to write a run's timeline and to spend
+// its budget. Its writes do not take the run's context: a run being stopped
+// must still be able to record what it already spent.
+type Recorder struct {
+	svc           *Service
+	runID         string
+	queuedAt      time.Time
+	zeroRetention bool
+	meter         *ledger.Meter
+
+	mu   sync.Mutex
+	stop context.CancelCauseFunc
+}
+
+// recordTimeout bounds each database write the Recorder makes.
+const recordTimeout = 10 * time.Second
+
+// Withheld replaces user content in the timeline of a zero-data-retention run.
+const Withheld = "[withheld: zero data retention]"
+
+func (r *Recorder) setStop(stop context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stop = stop
+}
+
+// Event appends a timeline entry whose message and data are the system's own
+// words (e.g. timeline.MicroVMReady), never user content.
+func (r *Recorder) Event(category, message string, data map[string]any) error {
+	return r.append(store.Event{Category: category, Message: message, Data: mustJSON(data)})
+}
+
+// ContentEvent appends an entry that carries user content, such as a shell
+// command and its output. Under zero data retention the message is withheld
+// and only the numbers and flags in data are kept; otherwise the entry is
+// purged with the run's content when its retention ends.
+func (r *Recorder) ContentEvent(category, message string, data map[string]any) error {
+	if r.zeroRetention {
+		message = Withheld
+		kept := map[string]any{}
+		for k, v := range data {
+			switch v.(type) {
+			case bool, int, int32, int64, uint, uint32, uint64, float32, float64, time.Duration:
+				kept[k] = v
+			}
+		}
+		data = kept
+	}
+	return r.append(store.Event{Category: category, Message: message, Data: mustJSON(data), Content: true})
+}
+
+func (r *Recorder) append(e store.Event) error {
+	e.T = time.Since(r.queuedAt)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	if _, err := r.svc.store.AppendEvent(ctx, r.runID, e); err != nil {
+		return err
+	}
+	r.svc.hub.Notify(r.runID)
+	return nil
+}
+
+// Charge meters usage against the run's budget and persists the total so a
+// crash cannot lose it. When the charge reaches the limit it returns an error
+// matching ledger.ErrBudgetExceeded and stops the run (its context ends);
+// the cost recorded never exceeds the limit.
+func (r *Recorder) Charge(u ledger.Usage) error {
+	usage, cost, meterErr := r.meter.Charge(u)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	persistErr := r.svc.store.RecordUsage(ctx, r.runID, usage, cost)
+	if meterErr != nil {
+		r.mu.Lock()
+		if r.stop != nil {
+			r.stop(errBudget)
+		}
+		r.mu.Unlock()
+	}
+	return errors.Join(meterErr, persistErr)
+}
+
+// Remaining is what the run may still spend, in micros: check it before
+// starting something that costs money.
+func (r *Recorder) Remaining() int64 { return r.meter.Remaining() }
+
+// BootDuration reports how long the run's microVM took to become ready.
+func (r *Recorder) BootDuration(d time.Duration) { r.svc.BootDurations.Observe(d) }
+
+func mustJSON(v map[string]any) json.RawMessage {
+	if len(v) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only an Executor passing an unencodable value gets here; record
+		// that instead of losing the event.
+		b, _ = json.Marshal(map[string]string{"data_error": err.Error()})
+	}
+	return b
+}

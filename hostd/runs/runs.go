@@ -1,0 +1,438 @@
+// Package runs orchestrates runs: it queues them with their budget reserved,
+// schedules them under a global and a per-organisation concurrency cap,
+// hands each to an Executor with a Recorder that meters and records it,
+// enforces the hard timeout and cancellation, settles the money when the run
+// ends, and recovers runs a crashed daemon left behind.
+package runs
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/metrics"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+)
+
+// Spec is a validated run request: everything the run is allowed to do.
+type Spec struct {
+	RunID             string
+	OrgID             string
+	Prompt            string
+	Model             string
+	Shell             bool
+	Web               bool
+	Connections       []Connection
+	Files             []File
+	Timeout           time.Duration
+	MaxCostMicros     int64
+	ZeroDataRetention bool
+}
+
+// Connection grants the run calls to a stored connection with these HTTP methods.
+type Connection struct {
+	Name    string   `json:"name"`
+	Methods []string `json:"methods"`
+}
+
+// File is written into the run's scratch directory before the worker starts.
+type File struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// Result is what a finished run produced.
+type Result struct {
+	Output string
+}
+
+// Executor drives one run to its end inside a sandbox.
+type Executor interface {
+	// Execute records timeline events and metered usage through rec, must
+	// stop when ctx ends (cancel, timeout, budget exhausted: rec cancels ctx
+	// when a charge hits the limit) and returns the run's output or error.
+	Execute(ctx context.Context, spec Spec, rec *Recorder) (Result, error)
+}
+
+// ErrAgentNotWired fails runs while no Executor is configured.
+var ErrAgentNotWired = errors.New("the agent is not wired into this daemon yet: runs cannot execute")
+
+// Config tunes the service.
+type Config struct {
+	Executor        Executor // nil: every run fails with ErrAgentNotWired
+	Rates           ledger.Rates
+	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
+	MaxActivePerOrg int           // queued+running runs per organisation
+	Retention       time.Duration // how long run content is kept after the run ends
+	// Reconcile is called at start-up with the ids of runs a dead daemon
+	// left active, after their money is settled, to remove their sandboxes.
+	Reconcile func(ctx context.Context, runIDs []string) error
+	Logger    *slog.Logger
+}
+
+// DefaultMaxConcurrent derives the global cap from the machine: one run per
+// CPU, since each microVM needs roughly a core under TCG.
+func DefaultMaxConcurrent() int { return max(1, runtime.NumCPU()) }
+
+// Causes a run's context can end with.
+var (
+	errTimeout  = errors.New("run timed out")
+	errCanceled = errors.New("run canceled by request")
+	errShutdown = errors.New("daemon shutting down")
+	errBudget   = errors.New("run budget exhausted")
+)
+
+// Service owns every run's goroutine.
+type Service struct {
+	store *store.Store
+	hub   *timeline.Hub
+	cfg   Config
+	slots *semaphore.Weighted
+	log   *slog.Logger
+
+	// BootDurations collects the Executor's reported microVM boot times.
+	BootDurations *metrics.Histogram
+
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	active map[string]*activeRun
+	// volatile holds zero-data-retention outputs in memory only, briefly,
+	// so the client can still read them.
+	volatile map[string]volatileOutput
+}
+
+type activeRun struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+type volatileOutput struct {
+	output  string
+	expires time.Time
+}
+
+// volatileTTL bounds how long a zero-retention output stays readable.
+const volatileTTL = time.Hour
+
+// New creates the service. Call Recover before accepting requests.
+func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent()
+	}
+	if cfg.MaxActivePerOrg <= 0 {
+		cfg.MaxActivePerOrg = 10
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		store: st, hub: hub, cfg: cfg, log: cfg.Logger,
+		slots:         semaphore.NewWeighted(int64(cfg.MaxConcurrent)),
+		BootDurations: metrics.NewHistogram(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
+		active:        map[string]*activeRun{},
+		volatile:      map[string]volatileOutput{},
+	}
+}
+
+// NewRunID returns "run_" and 32 random hex digits.
+func NewRunID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "run_" + hex.EncodeToString(b)
+}
+
+// Submission is a validated request to start a run.
+type Submission struct {
+	Spec           Spec // RunID is assigned by Submit
+	IdempotencyKey string
+	// Canonical is the request re-encoded from its parsed form: its hash
+	// decides whether an idempotent retry is "the same body", and it is
+	// stored unless the run has zero data retention.
+	Canonical []byte
+}
+
+// Submit queues a run with its budget reserved. A retry with a known
+// Idempotency-Key returns the existing run with created false.
+func (s *Service) Submit(ctx context.Context, sub Submission) (store.Run, bool, error) {
+	spec := sub.Spec
+	spec.RunID = NewRunID()
+	hash := sha256.Sum256(append([]byte(spec.OrgID+"\x00"), sub.Canonical...))
+	nr := store.NewRun{
+		ID: spec.RunID, OrgID: spec.OrgID, IdempotencyKey: sub.IdempotencyKey, RequestHash: hash[:],
+		Model: spec.Model, ZeroRetention: spec.ZeroDataRetention, TimeoutSeconds: int(spec.Timeout / time.Second),
+		Reserve: spec.MaxCostMicros, CreatedAt: time.Now(), MaxActive: s.cfg.MaxActivePerOrg,
+		Queued: store.Event{Category: timeline.Queued, Message: timeline.Reserved(spec.MaxCostMicros),
+			Data: mustJSON(map[string]any{"reserved_micros": spec.MaxCostMicros})},
+	}
+	if !spec.ZeroDataRetention {
+		nr.Request = sub.Canonical
+	}
+	run, created, err := s.store.CreateRun(ctx, nr)
+	if err != nil || !created {
+		return run, created, err
+	}
+	s.start(spec, run.CreatedAt)
+	return run, true, nil
+}
+
+// start launches the run's goroutine; Serve's shutdown waits for it.
+func (s *Service) start(spec Spec, queuedAt time.Time) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ar := &activeRun{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	s.active[spec.RunID] = ar
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(ar.done)
+		defer func() {
+			s.mu.Lock()
+			delete(s.active, spec.RunID)
+			s.mu.Unlock()
+			cancel(nil)
+		}()
+		s.execute(ctx, spec, queuedAt)
+	}()
+}
+
+// Cancel asks an active run to stop and waits (as long as ctx allows) until
+// it has ended. Cancelling a finished run changes nothing.
+func (s *Service) Cancel(ctx context.Context, orgID, runID string) (store.Run, error) {
+	run, err := s.store.GetRun(ctx, orgID, runID)
+	if err != nil {
+		return store.Run{}, err
+	}
+	s.mu.Lock()
+	ar := s.active[runID]
+	s.mu.Unlock()
+	if ar == nil {
+		return run, nil
+	}
+	ar.cancel(errCanceled)
+	select {
+	case <-ar.done:
+	case <-ctx.Done():
+	}
+	return s.store.GetRun(context.WithoutCancel(ctx), orgID, runID)
+}
+
+// VolatileOutput returns a zero-data-retention run's output while it is
+// still held in memory.
+func (s *Service) VolatileOutput(runID string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.volatile[runID]
+	if !ok || time.Now().After(v.expires) {
+		return "", false
+	}
+	return v.output, true
+}
+
+// Serve runs the retention janitor until ctx ends, then stops every active
+// run (they end as failed, their money settled) and waits for them.
+func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
+	tick := time.NewTicker(janitorEvery)
+	defer tick.Stop()
+	for {
+		s.sweep(ctx)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			s.mu.Lock()
+			for _, ar := range s.active {
+				ar.cancel(errShutdown)
+			}
+			s.mu.Unlock()
+			s.wg.Wait()
+			return
+		}
+	}
+}
+
+// idempotencyWindow is how long an Idempotency-Key is remembered.
+const idempotencyWindow = 24 * time.Hour
+
+func (s *Service) sweep(ctx context.Context) {
+	now := time.Now()
+	n, err := s.store.PurgeExpired(ctx, now, idempotencyWindow)
+	if err != nil {
+		s.log.Error("retention janitor", "err", err)
+		return
+	}
+	if n > 0 {
+		if err := s.store.Checkpoint(ctx); err != nil {
+			s.log.Error("retention janitor", "err", err)
+		}
+		s.log.Info("retention janitor purged runs", "count", n)
+	}
+	s.mu.Lock()
+	for id, v := range s.volatile {
+		if now.After(v.expires) {
+			delete(s.volatile, id)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Service) execute(ctx context.Context, spec Spec, queuedAt time.Time) {
+	rec := &Recorder{
+		svc: s, runID: spec.RunID, queuedAt: queuedAt, zeroRetention: spec.ZeroDataRetention,
+		meter: ledger.NewMeter(s.cfg.Rates, spec.MaxCostMicros),
+	}
+	var res Result
+	var execErr error
+	if err := s.slots.Acquire(ctx, 1); err != nil {
+		execErr = err
+	} else {
+		defer s.slots.Release(1)
+		if ok, err := s.store.MarkRunning(context.WithoutCancel(ctx), spec.RunID, time.Now()); err != nil {
+			execErr = err
+		} else if ok {
+			s.hub.Notify(spec.RunID)
+			res, execErr = s.run(ctx, spec, rec)
+		}
+	}
+	s.finish(ctx, spec, rec, res, execErr)
+}
+
+// runError tags an Executor's error with why its context ended, so the
+// outcome can tell a timeout from a failure.
+type runError struct {
+	cause error // errTimeout, errBudget, or the parent's cause
+	err   error
+}
+
+func (e *runError) Error() string   { return e.err.Error() }
+func (e *runError) Unwrap() []error { return []error{e.err, e.cause} }
+
+func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
+	if s.cfg.Executor == nil {
+		return Result{}, ErrAgentNotWired
+	}
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, spec.Timeout, errTimeout)
+	defer cancelTimeout()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	rec.setStop(stop)
+	res, err := s.cfg.Executor.Execute(ctx, spec, rec)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = &runError{cause: cause, err: err}
+		}
+	}
+	return res, err
+}
+
+// outcome classifies how a run ended. The budget wins over everything else
+// because a run stopped at its limit must say so, whatever error the
+// Executor returned while being stopped.
+func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st store.Status, code, category, message string) {
+	cause := context.Cause(ctx)
+	switch {
+	case rec.meter.Exceeded():
+		return store.BudgetExceeded, "budget_exceeded", timeline.BudgetExceeded, timeline.LimitReached(spec.MaxCostMicros)
+	case errors.Is(cause, errCanceled):
+		return store.Canceled, "canceled", timeline.Canceled, "canceled by request"
+	case errors.Is(cause, errShutdown):
+		return store.Failed, "daemon_shutdown", timeline.Failed, "the daemon shut down while this run was active"
+	case errors.Is(execErr, ErrAgentNotWired):
+		return store.Failed, "agent_not_wired", timeline.Failed, ErrAgentNotWired.Error()
+	case errors.Is(execErr, errTimeout):
+		return store.TimedOut, "timeout", timeline.TimedOut, timeline.TimedOutAfter(int(spec.Timeout / time.Second))
+	case execErr != nil:
+		msg := execErr.Error()
+		if spec.ZeroDataRetention {
+			// An executor's error may quote the prompt or command output.
+			msg = "the run failed (details withheld: zero data retention)"
+		}
+		return store.Failed, "run_failed", timeline.Failed, msg
+	}
+	return store.Succeeded, "", timeline.Successful, ""
+}
+
+func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Result, execErr error) {
+	st, code, category, message := outcome(ctx, rec, spec, execErr)
+	usage, cost := rec.meter.Snapshot()
+	if st == store.Succeeded {
+		message = timeline.ModelSummary(usage.ModelCalls, usage.Tokens())
+	}
+	now := time.Now()
+	f := store.Finish{Status: st, Usage: usage, Cost: cost, At: now, RetentionUntil: now.Add(s.cfg.Retention)}
+	if code != "" {
+		f.ErrorCode, f.ErrorMessage = code, message
+	}
+	if st == store.Succeeded {
+		if spec.ZeroDataRetention {
+			s.mu.Lock()
+			s.volatile[spec.RunID] = volatileOutput{output: res.Output, expires: now.Add(volatileTTL)}
+			s.mu.Unlock()
+		} else {
+			f.Output = &res.Output
+		}
+	}
+	t := now.Sub(rec.queuedAt)
+	_, err := s.store.FinishRun(context.WithoutCancel(ctx), spec.RunID, f, func(charged, released int64) []store.Event {
+		return []store.Event{
+			{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
+				"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
+			{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
+				"charged_micros": charged, "released_micros": released,
+				"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
+		}
+	})
+	if err != nil {
+		s.log.Error("finish run", "run", spec.RunID, "err", err)
+	}
+	s.hub.Notify(spec.RunID)
+}
+
+// Recover ends the runs a dead daemon left queued or running: each becomes
+// failed with its metered cost charged and the rest of its hold released,
+// then Config.Reconcile removes their sandboxes.
+func (s *Service) Recover(ctx context.Context) ([]string, error) {
+	left, err := s.store.ActiveRuns(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runs: recover: %w", err)
+	}
+	var ids []string
+	for _, r := range left {
+		now := time.Now()
+		const msg = "the daemon stopped while this run was active (crash or kill); it was ended at restart and its metered cost charged"
+		t := now.Sub(r.CreatedAt)
+		f := store.Finish{Status: store.Failed, ErrorCode: "daemon_restarted", ErrorMessage: msg,
+			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention)}
+		_, err := s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
+			return []store.Event{
+				{T: t, Category: timeline.Failed, Message: msg, Data: mustJSON(map[string]any{"status": store.Failed})},
+				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
+					"charged_micros": charged, "released_micros": released,
+					"model_micros": r.Cost.Model, "web_micros": r.Cost.Web, "compute_micros": r.Cost.Compute})},
+			}
+		})
+		if err != nil {
+			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if len(ids) > 0 && s.cfg.Reconcile != nil {
+		if err := s.cfg.Reconcile(ctx, ids); err != nil {
+			return ids, fmt.Errorf("runs: reconcile sandboxes: %w", err)
+		}
+	}
+	return ids, nil
+}
