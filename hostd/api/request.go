@@ -1,0 +1,298 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+)
+
+// Limits on a run request. The body cap bounds memory per request; the
+// others keep one run's inputs reasonable for a microVM.
+const (
+	MaxBodyBytes      = 1 << 20
+	MaxPromptBytes    = 100_000
+	MaxFiles          = 32
+	MaxFileBytes      = 256 << 10
+	MaxFilesBytes     = 768 << 10
+	MaxFilePathBytes  = 255
+	MaxConnections    = 16
+	MaxTimeoutSeconds = 3600
+	DefaultTimeout    = 120
+)
+
+// runRequest is POST /v1/runs' body. Pointers tell "absent" from zero.
+type runRequest struct {
+	Prompt            *string             `json:"prompt"`
+	Model             *string             `json:"model"`
+	Shell             *bool               `json:"shell"`
+	Web               *bool               `json:"web"`
+	Connections       []connectionRequest `json:"connections"`
+	Files             []fileRequest       `json:"files"`
+	TimeoutSeconds    *int64              `json:"timeout_seconds"`
+	MaxCostMicros     *int64              `json:"max_cost_micros"`
+	ZeroDataRetention *bool               `json:"zero_data_retention"`
+}
+
+type connectionRequest struct {
+	Name    *string  `json:"name"`
+	Methods []string `json:"methods"`
+}
+
+type fileRequest struct {
+	Path    *string `json:"path"`
+	Content *string `json:"content"`
+}
+
+// canonicalRequest is the request with defaults applied: two bodies that
+// mean the same run encode to the same bytes, which is what idempotency
+// compares and what is stored.
+type canonicalRequest struct {
+	Prompt            string            `json:"prompt"`
+	Model             string            `json:"model"`
+	Shell             bool              `json:"shell"`
+	Web               bool              `json:"web"`
+	Connections       []runs.Connection `json:"connections"`
+	Files             []runs.File       `json:"files"`
+	TimeoutSeconds    int64             `json:"timeout_seconds"`
+	MaxCostMicros     int64             `json:"max_cost_micros"`
+	ZeroDataRetention bool              `json:"zero_data_retention"`
+}
+
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown
+// fields (a misspelt permission must never be silently ignored), wrong
+// types and trailing data, and naming the offending field.
+func decodeStrict(r *http.Request, w http.ResponseWriter, v any) *apiError {
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err2 := dec.Token(); err2 != io.EOF {
+			return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
+				Message: "request body must hold exactly one JSON object"}
+		}
+		return nil
+	}
+	return decodeError(err)
+}
+
+func decodeError(err error) *apiError {
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &maxErr):
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: invalidRequest, Code: "body_too_large",
+			Message: fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes)}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		return badParam(field, "parameter_invalid_type",
+			fmt.Sprintf("%s must be %s, not JSON %s", field, jsonTypeName(typeErr.Type.String()), typeErr.Value))
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
+			Message: "request body is not valid JSON: " + err.Error()}
+	case errors.Is(err, io.EOF):
+		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
+			Message: "request body is empty"}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return badParam(name, "unknown_parameter", fmt.Sprintf("unknown parameter %q", name))
+	}
+	return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json", Message: err.Error()}
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "*"):
+		return jsonTypeName(goType[1:])
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"):
+		return "an integer"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+var (
+	connectionName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	httpMethods    = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true}
+)
+
+// validate checks ranges and shapes and applies defaults.
+func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
+	c := canonicalRequest{Model: lim.defaultModel, TimeoutSeconds: DefaultTimeout, Connections: []runs.Connection{}, Files: []runs.File{}}
+	switch {
+	case req.Prompt == nil:
+		return c, badParam("prompt", "parameter_missing", "prompt is required")
+	case strings.TrimSpace(*req.Prompt) == "":
+		return c, badParam("prompt", "parameter_invalid", "prompt must not be empty")
+	case len(*req.Prompt) > MaxPromptBytes:
+		return c, badParam("prompt", "parameter_invalid", fmt.Sprintf("prompt exceeds %d bytes", MaxPromptBytes))
+	}
+	c.Prompt = *req.Prompt
+	if req.Model != nil {
+		if *req.Model == "" || len(*req.Model) > 200 {
+			return c, badParam("model", "parameter_invalid", "model must be a model name of 1 to 200 bytes")
+		}
+		c.Model = *req.Model
+	}
+	if lim.validateModel != nil {
+		if err := lim.validateModel(c.Model); err != nil {
+			return c, badParam("model", "model_not_available", err.Error())
+		}
+	}
+	c.Shell = req.Shell != nil && *req.Shell
+	c.Web = req.Web != nil && *req.Web
+	c.ZeroDataRetention = req.ZeroDataRetention != nil && *req.ZeroDataRetention
+	if req.TimeoutSeconds != nil {
+		if t := *req.TimeoutSeconds; t < 1 || t > MaxTimeoutSeconds {
+			return c, badParam("timeout_seconds", "parameter_out_of_range",
+				fmt.Sprintf("timeout_seconds must be between 1 and %d", MaxTimeoutSeconds))
+		}
+		c.TimeoutSeconds = *req.TimeoutSeconds
+	}
+	switch {
+	case req.MaxCostMicros == nil:
+		return c, badParam("max_cost_micros", "parameter_missing", "max_cost_micros is required: every run has a hard budget")
+	case *req.MaxCostMicros < 1 || *req.MaxCostMicros > lim.maxCostMicros:
+		return c, badParam("max_cost_micros", "parameter_out_of_range",
+			fmt.Sprintf("max_cost_micros must be between 1 and %d", lim.maxCostMicros))
+	}
+	c.MaxCostMicros = *req.MaxCostMicros
+	if err := validateConnections(req.Connections, &c); err != nil {
+		return c, err
+	}
+	if err := validateFiles(req.Files, &c); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func validateConnections(conns []connectionRequest, c *canonicalRequest) *apiError {
+	if len(conns) > MaxConnections {
+		return badParam("connections", "parameter_invalid", fmt.Sprintf("at most %d connections", MaxConnections))
+	}
+	seen := map[string]bool{}
+	for i, conn := range conns {
+		p := fmt.Sprintf("connections[%d]", i)
+		if conn.Name == nil || !connectionName.MatchString(*conn.Name) {
+			return badParam(p+".name", "parameter_invalid", "connection name must match "+connectionName.String())
+		}
+		if seen[*conn.Name] {
+			return badParam(p+".name", "parameter_invalid", fmt.Sprintf("connection %q is listed twice", *conn.Name))
+		}
+		seen[*conn.Name] = true
+		if len(conn.Methods) == 0 {
+			return badParam(p+".methods", "parameter_missing", "methods must list the HTTP methods the run may use")
+		}
+		methods := map[string]bool{}
+		for j, m := range conn.Methods {
+			if !httpMethods[m] || methods[m] {
+				return badParam(fmt.Sprintf("%s.methods[%d]", p, j), "parameter_invalid",
+					"methods must be distinct, upper-case HTTP methods: GET, HEAD, POST, PUT, PATCH, DELETE")
+			}
+			methods[m] = true
+		}
+		c.Connections = append(c.Connections, runs.Connection{Name: *conn.Name, Methods: conn.Methods})
+	}
+	return nil
+}
+
+func validateFiles(files []fileRequest, c *canonicalRequest) *apiError {
+	if len(files) > MaxFiles {
+		return badParam("files", "parameter_invalid", fmt.Sprintf("at most %d files", MaxFiles))
+	}
+	total := 0
+	seen := map[string]bool{}
+	for i, f := range files {
+		p := fmt.Sprintf("files[%d]", i)
+		if f.Path == nil {
+			return badParam(p+".path", "parameter_missing", "path is required")
+		}
+		if msg := checkRelativePath(*f.Path); msg != "" {
+			return badParam(p+".path", "parameter_invalid", msg)
+		}
+		if seen[*f.Path] {
+			return badParam(p+".path", "parameter_invalid", fmt.Sprintf("file %q is listed twice", *f.Path))
+		}
+		seen[*f.Path] = true
+		if f.Content == nil {
+			return badParam(p+".content", "parameter_missing", "content is required")
+		}
+		if len(*f.Content) > MaxFileBytes {
+			return badParam(p+".content", "parameter_invalid", fmt.Sprintf("file content exceeds %d bytes", MaxFileBytes))
+		}
+		total += len(*f.Content)
+		if total > MaxFilesBytes {
+			return badParam(p+".content", "parameter_invalid", fmt.Sprintf("files exceed %d bytes in total", MaxFilesBytes))
+		}
+		c.Files = append(c.Files, runs.File{Path: *f.Path, Content: *f.Content})
+	}
+	return nil
+}
+
+// checkRelativePath accepts only clean paths inside the scratch directory.
+func checkRelativePath(p string) string {
+	switch {
+	case p == "" || len(p) > MaxFilePathBytes:
+		return fmt.Sprintf("path must be 1 to %d bytes", MaxFilePathBytes)
+	case !utf8.ValidString(p) || strings.ContainsAny(p, "\x00\\"):
+		return "path must be valid UTF-8 without NUL or backslash"
+	case strings.HasPrefix(p, "/"):
+		return "path must be relative to the run's scratch directory"
+	case path.Clean(p) != p || p == ".":
+		return "path must be clean (no empty, '.' or trailing elements)"
+	case p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../"):
+		return "path must not contain '..'"
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return "path must not contain control characters"
+		}
+	}
+	return ""
+}
+
+func (c canonicalRequest) spec(orgID string) runs.Spec {
+	return runs.Spec{
+		OrgID: orgID, Prompt: c.Prompt, Model: c.Model, Shell: c.Shell, Web: c.Web,
+		Connections: c.Connections, Files: c.Files, Timeout: time.Duration(c.TimeoutSeconds) * time.Second,
+		MaxCostMicros: c.MaxCostMicros, ZeroDataRetention: c.ZeroDataRetention,
+	}
+}
+
+func (c canonicalRequest) encode() []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(c) // only strings, numbers and slices of them: cannot fail
+	return bytes.TrimSpace(buf.Bytes())
+}
+
+// validIdempotencyKey bounds the header to printable ASCII.
+func validIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,238 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
+)
+
+// runJSON is the run object.
+type runJSON struct {
+	ID                 string          `json:"id"`
+	Object             string          `json:"object"`
+	Status             store.Status    `json:"status"`
+	Model              string          `json:"model"`
+	TimeoutSeconds     int             `json:"timeout_seconds"`
+	ZeroDataRetention  bool            `json:"zero_data_retention"`
+	CreatedAt          time.Time       `json:"created_at"`
+	StartedAt          *time.Time      `json:"started_at"`
+	FinishedAt         *time.Time      `json:"finished_at"`
+	Usage              usageJSON       `json:"usage"`
+	Cost               costJSON        `json:"cost"`
+	Output             *string         `json:"output"`
+	Error              *runErrorJSON   `json:"error"`
+	Request            json.RawMessage `json:"request"`
+	RetentionExpiresAt *time.Time      `json:"retention_expires_at"`
+	PurgedAt           *time.Time      `json:"purged_at"`
+}
+
+type usageJSON struct {
+	ModelCalls    int64   `json:"model_calls"`
+	InputTokens   int64   `json:"input_tokens"`
+	OutputTokens  int64   `json:"output_tokens"`
+	Tokens        int64   `json:"tokens"`
+	ShellCommands int64   `json:"shell_commands"`
+	WebRequests   int64   `json:"web_requests"`
+	VMSeconds     float64 `json:"vm_seconds"`
+}
+
+type costJSON struct {
+	Reserved int64 `json:"reserved_micros"`
+	Charged  int64 `json:"charged_micros"`
+	Released int64 `json:"released_micros"`
+	Model    int64 `json:"model_micros"`
+	Web      int64 `json:"web_micros"`
+	Compute  int64 `json:"compute_micros"`
+}
+
+type runErrorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (s *Server) runJSON(r store.Run) runJSON {
+	out := runJSON{
+		ID: r.ID, Object: "run", Status: r.Status, Model: r.Model, TimeoutSeconds: r.TimeoutSeconds,
+		ZeroDataRetention: r.ZeroRetention, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		Usage: usageJSON{ModelCalls: r.Usage.ModelCalls, InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
+			Tokens: r.Usage.Tokens(), ShellCommands: r.Usage.ShellCommands, WebRequests: r.Usage.WebRequests,
+			VMSeconds: r.Usage.VMTime.Seconds()},
+		Cost: costJSON{Reserved: r.Reserved, Charged: r.Charged, Released: r.Released,
+			Model: r.Cost.Model, Web: r.Cost.Web, Compute: r.Cost.Compute},
+		Output: r.Output, Request: r.Request, RetentionExpiresAt: r.RetentionUntil, PurgedAt: r.PurgedAt,
+	}
+	if r.ZeroRetention && r.Status == store.Succeeded && r.PurgedAt == nil {
+		if o, ok := s.runs.VolatileOutput(r.ID); ok {
+			out.Output = &o
+		}
+	}
+	if r.ErrorCode != "" {
+		out.Error = &runErrorJSON{Code: r.ErrorCode, Message: r.ErrorMessage}
+	}
+	return out
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	key := r.Header.Get("Idempotency-Key")
+	if key != "" && !validIdempotencyKey(key) {
+		writeError(w, &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "parameter_invalid",
+			Param: "Idempotency-Key", Message: "Idempotency-Key must be 1 to 255 printable ASCII characters"})
+		return
+	}
+	var req runRequest
+	if apiErr := decodeStrict(r, w, &req); apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	canon, apiErr := req.validate(s.lim)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	run, created, err := s.runs.Submit(r.Context(), runs.Submission{
+		Spec: canon.spec(orgID), IdempotencyKey: key, Canonical: canon.encode()})
+	switch {
+	case errors.Is(err, store.ErrIdempotencyMismatch):
+		writeError(w, &apiError{Status: http.StatusUnprocessableEntity, Type: idempotency, Code: "idempotency_key_reused",
+			Param: "Idempotency-Key", Message: "this Idempotency-Key was used with a different request body"})
+	case errors.Is(err, ledger.ErrInsufficientFunds):
+		writeError(w, &apiError{Status: http.StatusPaymentRequired, Type: insufficient, Code: "insufficient_balance",
+			Param: "max_cost_micros", Message: "the organisation's available balance cannot cover max_cost_micros"})
+	case errors.Is(err, store.ErrTooManyActive):
+		w.Header().Set("Retry-After", "5")
+		writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: rateLimit, Code: "concurrency_limit",
+			Message: "the organisation has its maximum number of queued and running runs; retry when one ends"})
+	case err != nil:
+		s.internalError(w, r, err)
+	case created:
+		w.Header().Set("Location", "/v1/runs/"+run.ID)
+		writeJSON(w, http.StatusCreated, s.runJSON(run))
+	default:
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, s.runJSON(run))
+	}
+}
+
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{32}$`)
+
+// loadRun answers 404 for malformed ids, unknown runs and other
+// organisations' runs alike.
+func (s *Server) loadRun(w http.ResponseWriter, r *http.Request, orgID string) (store.Run, bool) {
+	id := r.PathValue("id")
+	if runIDPattern.MatchString(id) {
+		run, err := s.store.GetRun(r.Context(), orgID, id)
+		if err == nil {
+			return run, true
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			s.internalError(w, r, err)
+			return store.Run{}, false
+		}
+	}
+	writeNotFound(w)
+	return store.Run{}, false
+}
+
+func writeNotFound(w http.ResponseWriter) {
+	writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "run_not_found", Param: "id",
+		Message: "no such run"})
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	if run, ok := s.loadRun(w, r, orgID); ok {
+		writeJSON(w, http.StatusOK, s.runJSON(run))
+	}
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	if _, ok := s.loadRun(w, r, orgID); !ok {
+		return
+	}
+	run, err := s.runs.Cancel(r.Context(), orgID, r.PathValue("id"))
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.runJSON(run))
+}
+
+func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	if _, ok := s.loadRun(w, r, orgID); !ok {
+		return
+	}
+	run, err := s.store.PurgeRun(r.Context(), orgID, r.PathValue("id"), time.Now())
+	if errors.Is(err, store.ErrActive) {
+		writeError(w, &apiError{Status: http.StatusConflict, Type: conflict, Code: "run_active", Param: "id",
+			Message: "the run is still active; cancel it first"})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.runJSON(run))
+}
+
+const (
+	defaultPageSize = 20
+	maxPageSize     = 100
+)
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) {
+	q := r.URL.Query()
+	limit := defaultPageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			writeError(w, badParam("limit", "parameter_out_of_range", "limit must be an integer between 1 and 100"))
+			return
+		}
+		limit = n
+	}
+	after := q.Get("starting_after")
+	if after != "" && !runIDPattern.MatchString(after) {
+		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after must be a run id"))
+		return
+	}
+	list, more, err := s.store.ListRuns(r.Context(), orgID, after, limit)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after names no run of this organisation"))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	page := struct {
+		Object     string    `json:"object"`
+		Data       []runJSON `json:"data"`
+		HasMore    bool      `json:"has_more"`
+		NextCursor *string   `json:"next_cursor"`
+	}{Object: "list", Data: []runJSON{}, HasMore: more}
+	for _, run := range list {
+		page.Data = append(page.Data, s.runJSON(run))
+	}
+	if more {
+		page.NextCursor = &list[len(list)-1].ID
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) balance(w http.ResponseWriter, r *http.Request, orgID string) {
+	a, err := s.store.Balance(r.Context(), orgID)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string `json:"object"`
+		ledger.Account
+	}{"balance", a})
+}
