@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,8 @@ type vm struct {
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
 	console *syncBuffer
+	// stop kills QEMU and waits for it; it is idempotent.
+	stop func()
 }
 
 // syncBuffer collects QEMU's serial console while the test reads it.
@@ -60,17 +63,50 @@ func qemuArgs(img *image.Image, sock string) []string {
 		"-M", "microvm", "-accel", "tcg", "-cpu", "qemu64", "-m", "512", "-smp", "1",
 		"-nodefaults", "-no-user-config", "-no-reboot", "-nographic", "-serial", "stdio",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", "console=ttyS0 tsc_early_khz=2000000 panic=-1 quiet",
+		"-append", kernelCmdline(),
 		"-drive", "id=root,file=" + img.RootDisk + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=root",
+		"-device", "virtio-rng-device",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=guest,path=" + sock + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
 	}
 }
 
+// kernelCmdline tells the kernel the TSC rate instead of letting it
+// calibrate (which can hang on microvm), and trusts the TSC: under TCG
+// the guest TSC is the host's, and the clocksource watchdog would otherwise
+// compare it against jiffies that a loaded host delays, and fall back to a
+// 4 ms clock.
+func kernelCmdline() string {
+	cmdline := "console=ttyS0 tsc=reliable panic=-1 quiet"
+	if khz := hostTSCkHz(); khz > 0 {
+		cmdline += " tsc_early_khz=" + strconv.Itoa(khz)
+	}
+	return cmdline
+}
+
+// hostTSCkHz reads the host CPU's clock rate from /proc/cpuinfo, or 0.
+func hostTSCkHz() int {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0
+			}
+			return int(mhz * 1000)
+		}
+	}
+	return 0
+}
+
 // boot starts a VM for the test and stops it at cleanup.
-func boot(t *testing.T) *vm {
+func boot(t testing.TB) *vm {
 	t.Helper()
 	img, err := image.Load(stateDir())
 	if errors.Is(err, image.ErrNoImage) {
@@ -94,9 +130,12 @@ func boot(t *testing.T) *vm {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cmd.Process.Kill()
 		<-exited
+	})
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("guest console:\n%s", console.String())
 		}
@@ -109,12 +148,11 @@ func boot(t *testing.T) *vm {
 		t.Fatalf("connect to guest: %v\nconsole:\n%s", err, console.String())
 	}
 	client := vsockproto.NewClient(conn)
-	t.Cleanup(func() { client.Close() })
 	hello, err := client.Hello(ctx)
 	if err != nil {
 		t.Fatalf("hello: %v\nconsole:\n%s", err, console.String())
 	}
-	return &vm{client: client, hello: hello, console: console}
+	return &vm{client: client, hello: hello, console: console, stop: func() { client.Close(); stop() }}
 }
 
 // dialRetry connects to QEMU's chardev socket once QEMU has created it.
@@ -156,6 +194,20 @@ func (v *vm) run(t *testing.T, req vsockproto.ExecRequest) result {
 func (v *vm) shell(t *testing.T, script string) result {
 	t.Helper()
 	return v.run(t, vsockproto.ExecRequest{Shell: script})
+}
+
+// BenchmarkBoot measures QEMU launch to the guest's hello, the latency a
+// sandbox user waits for before the first command.
+func BenchmarkBoot(b *testing.B) {
+	var uptime, initTime time.Duration
+	for b.Loop() {
+		v := boot(b)
+		uptime += v.hello.KernelUptime
+		initTime += v.hello.InitDuration
+		v.stop()
+	}
+	b.ReportMetric(float64(uptime.Milliseconds())/float64(b.N), "guest-uptime-ms/op")
+	b.ReportMetric(float64(initTime.Milliseconds())/float64(b.N), "init-ms/op")
 }
 
 // TestGuest boots one VM and runs the scenarios on it; boots under TCG

@@ -37,6 +37,10 @@ var GuestModules = []Want{
 	{Name: "virtio_console"},
 	{Name: "virtio_blk"},
 	{Name: "virtio_net"},
+	// Seeds the kernel's random pool from the host when the VMM attaches
+	// a virtio-rng device; without one, the first getrandom call (the
+	// scratch directory name) waits about a second for jitter entropy.
+	{Name: "virtio_rng", Optional: true},
 	{Name: "overlay"},
 	{Name: "ext4"},
 	{Name: "vsock"},
@@ -262,3 +266,15 @@ func ReadOrder(r io.Reader) ([]string, error) {
 	}
 	return paths, nil
 }
+
+// Where the initramfs keeps modules and their load list; the image builder
+// writes them and the guest init reads them.
+const (
+	// ModuleDir holds the module files, by their path relative to the
+	// kernel's lib/modules/<release> (the release is not needed: the
+	// initramfs only ever serves one kernel).
+	ModuleDir = "/lib/modules"
+	// OrderFile lists the modules to load, one path relative to ModuleDir
+	// per line, dependencies first.
+	OrderFile = "/etc/ephemeral/modules.order"
+)
