@@ -330,10 +330,13 @@ func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, er
 	defer stop(nil)
 	rec.setStop(stop)
 	res, err := s.cfg.Executor.Execute(ctx, spec, rec)
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			err = &runError{cause: cause, err: err}
+	// Once the run's context has ended (timeout, budget, cancel), that is
+	// how the run ended, even if the Executor reports success.
+	if cause := context.Cause(ctx); cause != nil {
+		if err == nil {
+			err = cause
 		}
+		err = &runError{cause: cause, err: err}
 	}
 	return res, err
 }
