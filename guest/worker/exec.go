@@ -139,7 +139,7 @@ func (r *Runner) start(path string, argv, env []string, dir string, acct Account
 			// Its own group, so that timeouts and host signals reach
 			// every process the command spawned.
 			Setpgid:    true,
-			Credential: &syscall.Credential{Uid: acct.UID, Gid: acct.GID, Groups: acct.Groups},
+			Credential: credential(acct),
 		},
 	}
 	started := time.Now()
@@ -153,6 +153,16 @@ func (r *Runner) start(path string, argv, env []string, dir string, acct Account
 	errW.Close()
 	undo = nil
 	return &process{pid: pid, exited: exited, started: started, stdin: inW, stdout: outR, stderr: errR}, nil
+}
+
+// credential switches the child to acct. An unprivileged parent (tests)
+// can only run commands as itself and cannot call setgroups, so then the
+// credentials are inherited as they are.
+func credential(acct Account) *syscall.Credential {
+	if os.Getuid() != 0 && int(acct.UID) == os.Getuid() && int(acct.GID) == os.Getgid() {
+		return nil
+	}
+	return &syscall.Credential{Uid: acct.UID, Gid: acct.GID, Groups: acct.Groups}
 }
 
 // supervise pumps stdio, forwards signals and enforces the timeout until

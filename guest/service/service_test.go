@@ -1,0 +1,83 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ephemeralhq/ephemeral/guest/worker"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// newService returns a Service whose "worker" account is the test's own
+// user, so that file ownership can be set without privileges.
+func newService(t *testing.T) *Service {
+	t.Helper()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	passwd := fmt.Sprintf("worker:x:%d:%d::/home/worker:/bin/bash\n", os.Getuid(), os.Getgid())
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "group"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &Service{Runner: &worker.Runner{Root: root, ScratchDir: t.TempDir()}}
+}
+
+func TestWriteThenReadFile(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, vsockproto.FileRequest{Path: "data.txt", Mode: 0o600}, strings.NewReader("hello")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(s.Runner.ScratchDir, "data.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v, want 0600", fi.Mode().Perm())
+	}
+	var out bytes.Buffer
+	if err := s.ReadFile(ctx, vsockproto.FileRequest{Path: filepath.Join(s.Runner.ScratchDir, "data.txt"), MaxBytes: 5}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "hello" {
+		t.Errorf("read %q", out.String())
+	}
+}
+
+func TestFileLimits(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, vsockproto.FileRequest{Path: "big", MaxBytes: 4}, strings.NewReader("12345")); err == nil {
+		t.Error("write of 5 bytes with MaxBytes 4 succeeded")
+	}
+	os.WriteFile(filepath.Join(s.Runner.ScratchDir, "f"), []byte("12345"), 0o644)
+	var out bytes.Buffer
+	if err := s.ReadFile(ctx, vsockproto.FileRequest{Path: "f", MaxBytes: 4}, &out); err == nil || out.Len() != 0 {
+		t.Errorf("read of 5 bytes with MaxBytes 4: err %v, sent %d bytes; want an error before sending", err, out.Len())
+	}
+	if err := s.ReadFile(ctx, vsockproto.FileRequest{Path: "/dev/zero"}, &out); err == nil {
+		t.Error("read of /dev/zero succeeded")
+	}
+}
+
+func TestWriteFileDoesNotFollowSymlink(t *testing.T) {
+	s := newService(t)
+	target := filepath.Join(t.TempDir(), "precious")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	if err := os.Symlink(target, filepath.Join(s.Runner.ScratchDir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteFile(context.Background(), vsockproto.FileRequest{Path: "link"}, strings.NewReader("overwritten")); err == nil {
+		t.Error("write through a symlink succeeded")
+	}
+	if got, _ := os.ReadFile(target); string(got) != "keep" {
+		t.Errorf("symlink target now holds %q", got)
+	}
+}
