@@ -181,8 +181,13 @@ func (c *Client) roundTrip(ctx context.Context, method, op string, body any, fil
 
 	status, respBody, err := exchange(conn, req, wire, files)
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The socket's deadline is ctx's, which may trail it by a
+			// tick: wait for it to report why (timeout or cancel).
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, fmt.Errorf("no answer: %w", ctx.Err())
 		}
 		return 0, err
 	}
