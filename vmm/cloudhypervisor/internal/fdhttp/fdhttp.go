@@ -42,6 +42,8 @@ type Request struct {
 type Response struct {
 	Status int
 	Body   any
+	// After, if set, runs once the response has been written.
+	After func()
 }
 
 // Handler answers one request.
@@ -110,7 +112,11 @@ func serveConn(ctx context.Context, conn *net.UnixConn, h Handler) {
 		}
 		req := &Request{Request: hr, Body: body, Files: src.take()}
 		resp := h(ctx, req)
-		if err := writeResponse(conn, resp); err != nil || hr.Close {
+		err = writeResponse(conn, resp)
+		if resp.After != nil {
+			resp.After()
+		}
+		if err != nil || hr.Close {
 			return
 		}
 	}
