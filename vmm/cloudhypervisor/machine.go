@@ -1,0 +1,284 @@
+package cloudhypervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/chapi"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// Bounds on what is kept of the VMM's output.
+const (
+	consoleTailSize = 64 << 10 // the guest serial port: a panic with its backtrace
+	vmmLogTailSize  = 16 << 10 // the VMM's own log on stderr
+)
+
+// Retry pacing of DialGuest while the guest init is not yet listening.
+const (
+	dialAttemptTimeout = 2 * time.Second
+	dialBackoffMax     = 100 * time.Millisecond
+)
+
+// machine is one cloud-hypervisor process and the VM it runs.
+type machine struct {
+	cmd       *exec.Cmd
+	api       *chapi.Client
+	apiSock   string
+	vsockSock string
+	console   *tailBuffer
+	vmmLog    *tailBuffer
+	timings   vmm.Timings
+
+	// done is closed once the process has been reaped; waitErr is its
+	// exit status, readable after done.
+	done    chan struct{}
+	waitErr error
+
+	// groupMu orders killing the process group against reaping its
+	// leader: while exited is false the leader has not been reaped, so
+	// its pid, the group id, cannot have been reused by a stranger.
+	groupMu sync.Mutex
+	exited  bool
+	// killed records that the driver, not the VMM, ended the process;
+	// readable after done.
+	killed bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// launch starts the VMM with its API socket in dir. The returned machine
+// owns the process; kill or Close ends it.
+func launch(binary, dir string) (*machine, error) {
+	m := &machine{
+		apiSock:   filepath.Join(dir, apiSocketName),
+		vsockSock: filepath.Join(dir, vsockSocketName),
+		console:   newTailBuffer(consoleTailSize),
+		vmmLog:    newTailBuffer(vmmLogTailSize),
+		done:      make(chan struct{}),
+	}
+	m.api = chapi.NewClient(m.apiSock)
+	// The VMM refuses to bind over existing socket files, such as those a
+	// killed predecessor left.
+	if err := m.removeSockets(); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, "--api-socket", "path="+m.apiSock)
+	cmd.Stdout = m.console // serial mode Tty writes the guest's ttyS0 here
+	cmd.Stderr = m.vmmLog
+	cmd.SysProcAttr = launchAttrs()
+	cmd.WaitDelay = pipeDrainTimeout
+	m.cmd = cmd
+	m.timings.Launched = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launch %s: %w", binary, err)
+	}
+	go m.supervise()
+	return m, nil
+}
+
+// supervise waits for the VMM to exit, kills whatever it left in its
+// process group, and reaps it.
+func (m *machine) supervise() {
+	defer close(m.done)
+	pid := m.cmd.Process.Pid
+	var info unix.Siginfo
+	for {
+		// WNOWAIT leaves the leader a zombie, keeping the group id ours
+		// until the group has been killed below.
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	m.groupMu.Lock()
+	syscall.Kill(-pid, syscall.SIGKILL) // ESRCH: the leader was alone
+	m.exited = true
+	m.groupMu.Unlock()
+	m.waitErr = m.cmd.Wait()
+}
+
+// kill SIGKILLs the VMM's process group, waits until the VMM is reaped and
+// removes its sockets.
+func (m *machine) kill() error {
+	m.groupMu.Lock()
+	if !m.exited {
+		m.killed = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL) == nil
+	}
+	m.groupMu.Unlock()
+	<-m.done
+	return m.removeSockets()
+}
+
+// boot brings the VM from nothing to running.
+func (m *machine) boot(ctx context.Context, cfg vmm.Config) error {
+	if err := m.waitForAPI(ctx); err != nil {
+		return err
+	}
+	if err := m.api.Create(ctx, vmConfig(cfg, m.vsockSock)); err != nil {
+		return err
+	}
+	if cfg.Tap != nil {
+		if _, err := m.api.AddNet(ctx, netConfig(cfg), cfg.Tap); err != nil {
+			return err
+		}
+	}
+	if err := m.expectState(ctx, chapi.StateCreated); err != nil {
+		return err
+	}
+	if err := m.api.Boot(ctx); err != nil {
+		return err
+	}
+	if err := m.expectState(ctx, chapi.StateRunning); err != nil {
+		return err
+	}
+	m.timings.Running = time.Now()
+	return nil
+}
+
+// waitForAPI polls vmm.ping until the VMM answers, giving up early if the
+// process exits.
+func (m *machine) waitForAPI(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, apiReadyTimeout)
+	defer cancel()
+	probe := chapi.NewClient(m.apiSock)
+	probe.CallTimeout = pingTimeout
+	backoff := 2 * time.Millisecond
+	for {
+		_, err := probe.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-m.done:
+			return errors.New("wait for API socket: the VMM exited")
+		case <-ctx.Done():
+			return fmt.Errorf("wait for API socket: %w (last ping: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// expectState checks vm.info against the state the last call should have
+// produced.
+func (m *machine) expectState(ctx context.Context, want chapi.VMState) error {
+	info, err := m.api.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State != want {
+		return fmt.Errorf("vm.info: state %s, want %s", info.State, want)
+	}
+	return nil
+}
+
+// explain adds the VMM's exit status and the end of its log to err once
+// the VMM is gone: a VMM that died mid-call is usually the real cause.
+func (m *machine) explain(err error) error {
+	select {
+	case <-m.done:
+	default:
+		return err
+	}
+	log := printableTail(m.vmmLog.String())
+	if log == "" {
+		log = "(empty)"
+	}
+	if m.killed {
+		return fmt.Errorf("%w; VMM log:\n%s", err, log)
+	}
+	status := "exit status 0"
+	if m.waitErr != nil {
+		status = m.waitErr.Error()
+	}
+	return fmt.Errorf("%w; the VMM exited (%s), its log:\n%s", err, status, log)
+}
+
+// DialGuest implements vmm.Machine.
+func (m *machine) DialGuest(ctx context.Context) (net.Conn, error) {
+	backoff := 5 * time.Millisecond
+	for {
+		attempt, cancel := context.WithTimeout(ctx, dialAttemptTimeout)
+		conn, err := vsockproto.DialHybrid(attempt, m.vsockSock, vsockproto.Port)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cloud-hypervisor: dial guest port %d: %w (last attempt: %v)", vsockproto.Port, ctx.Err(), err)
+		case <-m.done:
+			return nil, m.explain(fmt.Errorf("cloud-hypervisor: dial guest port %d: the VMM exited", vsockproto.Port))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, dialBackoffMax)
+	}
+}
+
+// PID implements vmm.Machine.
+func (m *machine) PID() int { return m.cmd.Process.Pid }
+
+// Timings implements vmm.Machine.
+func (m *machine) Timings() vmm.Timings { return m.timings }
+
+// Console implements vmm.Machine.
+func (m *machine) Console() string { return m.console.String() }
+
+// Done implements vmm.Machine.
+func (m *machine) Done() <-chan struct{} { return m.done }
+
+// Close implements vmm.Machine. It asks the VMM to shut down, which lets it
+// release the VM's devices itself, and kills the process group when it
+// does not comply promptly.
+func (m *machine) Close() error {
+	m.closeOnce.Do(func() {
+		m.requestShutdown()
+		if err := m.kill(); err != nil {
+			m.closeErr = fmt.Errorf("cloud-hypervisor: close: %w", err)
+		}
+	})
+	return m.closeErr
+}
+
+// requestShutdown sends vmm.shutdown and waits briefly for the exit.
+func (m *machine) requestShutdown() {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownVMMTimeout)
+	defer cancel()
+	if err := m.api.ShutdownVMM(ctx); err != nil {
+		return // the kill that follows does the job
+	}
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+	}
+}
+
+// removeSockets deletes the socket files the VMM binds.
+func (m *machine) removeSockets() error {
+	var errs []error
+	for _, p := range []string{m.apiSock, m.vsockSock} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
