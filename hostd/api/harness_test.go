@@ -40,7 +40,10 @@ func (f scriptedExecutor) Execute(ctx context.Context, spec runs.Spec, rec *runs
 // entries in order and usage that costs $0.00353.
 func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
 	steps := []func() error{
-		func() error { rec.BootDuration(2420 * time.Millisecond); return rec.Event(timeline.MicroVM, timeline.MicroVMReady, nil) },
+		func() error {
+			rec.BootDuration(2420 * time.Millisecond)
+			return rec.Event(timeline.MicroVM, timeline.MicroVMReady, nil)
+		},
 		func() error {
 			return rec.Event(timeline.MicroVM, timeline.WorkerStarted(spec.Shell, spec.Web), nil)
 		},
