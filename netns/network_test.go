@@ -1,9 +1,11 @@
 package netns
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,5 +87,23 @@ func TestGuestConfig(t *testing.T) {
 		t.Errorf("guest and gateway share the address %v", gw)
 	case cfg.MTU != MTU || cfg.Interface == "":
 		t.Errorf("interface %q MTU %d, want a name and MTU %d", cfg.Interface, cfg.MTU, MTU)
+	}
+}
+
+func TestUndoStackRunsNewestFirst(t *testing.T) {
+	var order []string
+	var u undoStack
+	u.push(func() error { order = append(order, "namespace"); return nil })
+	u.push(func() error { order = append(order, "tap"); return errors.New("tap busy") })
+	u.push(func() error { order = append(order, "table"); return nil })
+	err := u.run()
+	if want := []string{"table", "tap", "namespace"}; !slices.Equal(order, want) {
+		t.Errorf("undo order %v, want %v", order, want)
+	}
+	if err == nil || !strings.Contains(err.Error(), "tap busy") {
+		t.Errorf("run() = %v, want the failing step's error", err)
+	}
+	if err := u.run(); err != nil || len(order) != 3 {
+		t.Errorf("second run() = %v after %d steps, want nothing undone twice", err, len(order))
 	}
 }
