@@ -72,7 +72,7 @@ func (l launch) args() ([]string, error) {
 		"-smp", strconv.Itoa(cfg.VCPUs),
 		"-kernel", cfg.Kernel,
 		"-initrd", cfg.Initrd,
-		"-append", kernelCmdline(l.tscKHz, cfg.Cmdline),
+		"-append", kernelCmdline(l.accel, l.tscKHz, cfg.Cmdline),
 		"-pidfile", l.pidFile,
 		// The console goes to stdout, captured by the driver.
 		"-serial", "stdio",
@@ -80,6 +80,9 @@ func (l launch) args() ([]string, error) {
 		"-mon", "chardev=qmp,mode=control",
 		"-drive", "id=root,if=none,format=raw,readonly=on,file="+optValue(cfg.RootDisk),
 		"-device", "virtio-blk-device,drive=root",
+		// Without an entropy source the guest's getrandom blocks for
+		// seconds at boot under TCG (qemu64 has no RDRAND).
+		"-device", "virtio-rng-device",
 	)
 	if l.vhostFD > 0 {
 		args = append(args, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d,vhostfd=%d", l.vsockCID, l.vhostFD))
@@ -150,7 +153,7 @@ func (l launch) check() error {
 
 // kernelCmdline is the driver's kernel command line followed by the
 // caller's (later parameters win where the kernel reads one twice).
-func kernelCmdline(tscKHz int, extra string) string {
+func kernelCmdline(a accel, tscKHz int, extra string) string {
 	params := []string{
 		"console=ttyS0",
 		// microvm has no timer to calibrate the TSC against; the kernel's
@@ -159,6 +162,13 @@ func kernelCmdline(tscKHz int, extra string) string {
 		// A panicking guest reboots at once, which -no-reboot turns into
 		// QEMU exiting: the driver sees it as Done.
 		"panic=-1",
+	}
+	if a == accelTCG {
+		// The emulated TSC is the host's and keeps good time, but the
+		// clocksource watchdog checks it against jiffies, which lag when
+		// the emulator is starved of host CPU; it would then switch the
+		// guest to jiffies and its clock would drift.
+		params = append(params, "tsc=reliable")
 	}
 	if extra = strings.TrimSpace(extra); extra != "" {
 		params = append(params, extra)

@@ -73,6 +73,7 @@ func TestArgsTCG(t *testing.T) {
 		"-drive":   {"id=root,if=none,format=raw,readonly=on,file=/images/rootfs.ext4"},
 		"-device": {
 			"virtio-blk-device,drive=root",
+			"virtio-rng-device",
 			"virtio-serial-device",
 			"virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
 		},
@@ -99,6 +100,10 @@ func TestArgsKVM(t *testing.T) {
 	if got := values(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
 		t.Errorf("-cpu = %q, want host", got)
 	}
+	// Under KVM the guest uses kvm-clock; the TSC watchdog stays on.
+	if cmdline := values(args, "-append"); len(cmdline) != 1 || strings.Contains(cmdline[0], "tsc=reliable") {
+		t.Errorf("KVM kernel command line %q: want exactly one, without tsc=reliable", cmdline)
+	}
 }
 
 func TestKernelCmdline(t *testing.T) {
@@ -108,7 +113,7 @@ func TestKernelCmdline(t *testing.T) {
 		t.Fatalf("-append given %d times: %q", len(appended), appended)
 	}
 	params := strings.Fields(appended[0])
-	for _, p := range []string{"console=ttyS0", "tsc_early_khz=2596146", "panic=-1"} {
+	for _, p := range []string{"console=ttyS0", "tsc_early_khz=2596146", "panic=-1", "tsc=reliable"} {
 		if !slices.Contains(params, p) {
 			t.Errorf("kernel command line %q lacks %s", appended[0], p)
 		}

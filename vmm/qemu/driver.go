@@ -163,11 +163,11 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (_ vmm.Machine, err 
 	// A process that inherited the console pipe must not hold Wait open.
 	cmd.WaitDelay = time.Second
 	m.cmd = cmd
-	if err := cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go m.run(started)
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}
-	m.timings.Launched = time.Now()
-	go m.wait()
 	undo.push(func() { m.Close() })
 
 	for _, f := range owned {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -19,7 +20,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
-// machine is one QEMU process. Its wait goroutine is started by Start and
+// machine is one QEMU process. Its run goroutine is started by Start and
 // waited for by Close.
 type machine struct {
 	dir      string
@@ -28,7 +29,7 @@ type machine struct {
 	console  *tailBuffer
 	timings  vmm.Timings
 
-	// done is closed by wait once QEMU has exited and been reaped; exitErr
+	// done is closed by run once QEMU has exited and been reaped; exitErr
 	// is set before.
 	done    chan struct{}
 	exitErr error
@@ -45,9 +46,25 @@ type machine struct {
 
 var _ vmm.Machine = (*machine)(nil)
 
-// wait owns the QEMU process from Start to its end.
-func (m *machine) wait() {
+// run starts QEMU, reports the outcome on started, then waits for QEMU
+// to exit and closes done. Close waits for it.
+//
+// It holds its OS thread from start to exit because Pdeathsig fires when
+// the forking thread ends, not the daemon: had any goroutine started QEMU,
+// the thread could later be retired (a goroutine that exits while locked
+// to it, as network namespace code does) and kill a healthy VM.
+func (m *machine) run(started chan<- error) {
 	defer close(m.done)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := m.cmd.Start(); err != nil {
+		m.exitErr = err
+		started <- err
+		return
+	}
+	m.timings.Launched = time.Now()
+	started <- nil
+
 	pid := m.cmd.Process.Pid
 	// Wait for the exit without reaping (WNOWAIT), so the pid stays ours
 	// while the rest of the group is killed under mu.
