@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 // fakeVMM builds internal/fakech as a binary named cloud-hypervisor and
 // points it at the API description; it skips the test when the description
 // is missing.
-func fakeVMM(t *testing.T) string {
+func fakeVMM(t testing.TB) string {
 	t.Helper()
 	spec, err := chspec.Find()
 	if errors.Is(err, chspec.ErrNotFound) {
@@ -70,7 +70,7 @@ func fakeVMM(t *testing.T) string {
 
 // testConfig is a VM config whose files exist, with a regular file standing
 // in for the tap.
-func testConfig(t *testing.T) vmm.Config {
+func testConfig(t testing.TB) vmm.Config {
 	t.Helper()
 	images := t.TempDir()
 	for _, name := range []string{"vmlinuz", "initrd", "root.ext4"} {
@@ -420,5 +420,23 @@ func TestVMConfigSetsConsoleModesExplicitly(t *testing.T) {
 	}
 	if cfg.Vsock == nil || cfg.Vsock.CID != 3 || cfg.Vsock.Socket != "/d/vsock.sock" {
 		t.Errorf("vsock = %+v, want cid 3 on /d/vsock.sock", cfg.Vsock)
+	}
+}
+
+// BenchmarkStartClose measures the driver's own cost around a VMM that
+// answers at once: process launch, API readiness polling, the four start
+// calls, the tap hand-over and the teardown.
+func BenchmarkStartClose(b *testing.B) {
+	driver := New(fakeVMM(b))
+	cfg := testConfig(b)
+	ctx := context.Background()
+	for b.Loop() {
+		m, err := driver.Start(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
