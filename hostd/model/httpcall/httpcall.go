@@ -38,7 +38,8 @@ const (
 // message is wanted.
 const maxErrorBodyBytes = 64 << 10
 
-// maxRetryAfterSeconds clamps absurd Retry-After values (one day).
+// maxRetryAfterSeconds clamps absurd Retry-After values (one day): far
+// beyond any run's deadline, so the deadline check refuses the wait.
 const maxRetryAfterSeconds = 24 * 60 * 60
 
 // maxErrorMessageRunes bounds the provider text copied into an error.
@@ -71,7 +72,15 @@ func (c *Client) PostJSON(ctx context.Context, url string, header http.Header, b
 		if err == nil {
 			return respBody, nil
 		}
-		if ctx.Err() != nil || !retryable(err) || attempt >= attempts {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			// Make the deadline visible to errors.Is even when the
+			// failure surfaced as something else (a cut-off body).
+			if !errors.Is(err, ctxErr) {
+				err = fmt.Errorf("%w: %w", err, ctxErr)
+			}
+			return nil, err
+		}
+		if !retryable(err) || attempt >= attempts {
 			return nil, err
 		}
 		wait := retryAfter
@@ -139,7 +148,8 @@ func (c *Client) attempt(ctx context.Context, url string, header http.Header, bo
 }
 
 // connError marks a failure to get an answer at all (refused, reset,
-// truncated): worth retrying.
+// truncated): worth retrying. A lost answer may still have been billed by
+// the provider; the RetryHook is where the budget can decline to risk it.
 type connError struct{ err error }
 
 func (e *connError) Error() string { return e.err.Error() }
@@ -185,8 +195,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 // when absent, unparsable or in the past.
 func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 	if ms := strings.TrimSpace(h.Get("Retry-After-Ms")); ms != "" {
-		if v, err := strconv.ParseFloat(ms, 64); err == nil && v > 0 && v < 1e12 {
-			return time.Duration(v * float64(time.Millisecond))
+		if v, err := strconv.ParseFloat(ms, 64); err == nil && v > 0 {
+			return time.Duration(min(v, maxRetryAfterSeconds*1000) * float64(time.Millisecond))
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
@@ -194,12 +204,11 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 		return 0
 	}
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		// Clamp before multiplying so a huge value cannot overflow; a
-		// day is beyond any run's deadline, which then refuses the wait.
+		// Clamp before multiplying so a huge value cannot overflow.
 		return time.Duration(min(max(secs, 0), maxRetryAfterSeconds)) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return max(at.Sub(now), 0)
+		return min(max(at.Sub(now), 0), maxRetryAfterSeconds*time.Second)
 	}
 	return 0
 }

@@ -245,6 +245,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{map[string]string{"Retry-After": "99999999999999999"}, 24 * time.Hour},
 		{map[string]string{"Retry-After": "Mon, 30 Nov 2026 04:00:07 GMT"}, 7 * time.Second},
 		{map[string]string{"Retry-After": "Mon, 30 Nov 2026 03:00:00 GMT"}, 0},
+		{map[string]string{"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, 24 * time.Hour},
+		{map[string]string{"Retry-After-Ms": "1e300"}, 24 * time.Hour},
+		{map[string]string{"Retry-After-Ms": "NaN", "Retry-After": "2"}, 2 * time.Second},
 		{map[string]string{"Retry-After": "soon"}, 0},
 		{map[string]string{"Retry-After-Ms": "250", "Retry-After": "1"}, 250 * time.Millisecond},
 		{map[string]string{"Retry-After-Ms": "nope", "Retry-After": "1"}, time.Second},
@@ -258,6 +261,21 @@ func TestParseRetryAfter(t *testing.T) {
 			t.Errorf("ParseRetryAfter(%v) = %v, want %v", tt.header, got, tt.want)
 		}
 	}
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, v := range []string{"3", "-1", "Mon, 30 Nov 2026 04:00:07 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "1e300", "NaN", "Inf"} {
+		f.Add(v, v)
+	}
+	now := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, retryAfter, retryAfterMs string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		h.Set("Retry-After-Ms", retryAfterMs)
+		if d := ParseRetryAfter(h, now); d < 0 || d > 24*time.Hour {
+			t.Fatalf("Retry-After %q / %q gave %v", retryAfter, retryAfterMs, d)
+		}
+	})
 }
 
 var errorBodies = []struct {

@@ -108,3 +108,16 @@ func checkResponseInvariants(t *testing.T, r model.Response) {
 		}
 	}
 }
+
+func BenchmarkParseResponseParallelToolCalls(b *testing.B) {
+	body := []byte(`{"id":"c","model":"m","choices":[{"message":{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"command\":\"pwd; whoami\"}"}},` +
+		`{"id":"call_2","type":"function","function":{"name":"shell","arguments":"{\"command\":\"curl -sS -m 8 https://example.com\"}"}}]},` +
+		`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1500,"completion_tokens":120,"prompt_tokens_details":{"cached_tokens":1024}}}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := ParseResponse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
