@@ -1,0 +1,132 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/legacy"
+)
+
+// TestHandlersMatchOpenAPIDocument sends requests covering every endpoint
+// and the main error responses to the real handlers, and checks each
+// request and each response against the served OpenAPI document.
+func TestHandlersMatchOpenAPIDocument(t *testing.T) {
+	h := newHarness(t, harnessConfig{credit: 1_000_000})
+	served := h.do("GET", "/openapi.json", "")
+	doc, err := openapi3.NewLoader().LoadFromData(served.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("document invalid: %v", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: h.url}}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An event stream is checked event by event against the Event schema.
+	eventSchema := doc.Components.Schemas["Event"].Value
+	openapi3filter.RegisterBodyDecoder("text/event-stream", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef,
+		_ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(body)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range parseSSE(b) {
+			if e.event != "timeline" {
+				continue
+			}
+			var v any
+			if err := json.Unmarshal([]byte(e.data), &v); err != nil {
+				return nil, err
+			}
+			if err := eventSchema.VisitJSON(v); err != nil {
+				return nil, fmt.Errorf("event %s: %w", e.id, err)
+			}
+		}
+		return string(b), nil
+	})
+	defer openapi3filter.UnregisterBodyDecoder("text/event-stream")
+
+	run := h.createRun(productPageRequest)
+	h.waitFinished(run.ID)
+	calls := []struct {
+		method, path, body string
+		headers            []string
+		wantStatus         int
+		// Some bad requests are ones the document itself forbids: only
+		// their responses are checked.
+		invalidRequest bool
+	}{
+		{"GET", "/healthz", "", nil, 200, false},
+		{"GET", "/metrics", "", nil, 200, false},
+		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
+		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 200, false},
+		{"POST", "/v1/runs", strings.Replace(productPageRequest, "120", "60", 1), []string{"Idempotency-Key", "k1"}, 422, false},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"shel":true}`, nil, 400, true},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":999999999}`, nil, 400, false}, // over the configured cap
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"../x","content":""}]}`, nil, 400, false},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":5000000}`, nil, 402, false},
+		{"GET", "/v1/runs", "", nil, 200, false},
+		{"GET", "/v1/runs?limit=1", "", nil, 200, false},
+		{"GET", "/v1/runs?limit=0", "", nil, 400, true},
+		{"GET", "/v1/runs/" + run.ID, "", nil, 200, false},
+		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 404, false},
+		{"GET", "/v1/runs/" + run.ID, "", []string{"Authorization", "Bearer nope"}, 401, false},
+		{"GET", "/v1/runs/" + run.ID + "/events", "", nil, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/events?after=2", "", nil, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "3"}, 200, false},
+		{"POST", "/v1/runs/" + run.ID + "/cancel", "", nil, 200, false},
+		{"DELETE", "/v1/runs/" + run.ID, "", nil, 200, false},
+		{"GET", "/v1/balance", "", nil, 200, false},
+	}
+	for _, c := range calls {
+		req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+h.key)
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		for i := 0; i+1 < len(c.headers); i += 2 {
+			req.Header.Set(c.headers[i], c.headers[i+1])
+		}
+		route, params, err := router.FindRoute(req)
+		if err != nil {
+			t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
+		}
+		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+		reqErr := openapi3filter.ValidateRequest(context.Background(), in)
+		if (reqErr != nil) != c.invalidRequest {
+			t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
+		}
+		req.Body = io.NopCloser(strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.wantStatus {
+			t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
+		}
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
+			Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
+			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+			t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
+		}
+	}
+}
