@@ -10,6 +10,9 @@
 // otherwise (QEMU with TCG is what runs on PVM hosts such as the development
 // machines, where /dev/kvm exists but stock kernels hang).
 //
+// The driver records the VMM's pid in <dir>/vmm.pid; after a daemon crash,
+// KillLeftover(dir) ends a VMM still serving that directory.
+//
 // The guest's serial port goes to the VMM's stdout (serial mode Tty), which
 // is a pipe into a bounded tail buffer: nothing the guest prints reaches the
 // disk or grows host memory. The virtio console is switched off explicitly
@@ -37,6 +40,8 @@ const DefaultBinary = "cloud-hypervisor"
 const (
 	apiSocketName   = "api.sock"
 	vsockSocketName = "vsock.sock"
+	// pidFileName records the VMM's pid for KillLeftover.
+	pidFileName = "vmm.pid"
 )
 
 // guestCID is the guest's vsock context id. Hybrid vsock never reaches the
@@ -193,9 +198,7 @@ func (u *undoStack) run() {
 
 // launchAttrs puts the VMM in its own process group, so that killing the
 // group also ends anything it spawned, and has the kernel kill it should
-// this process die first. (Pdeathsig follows the launching OS thread; Go
-// retires threads only when a goroutine exits while locked to one, which
-// this package never does.)
+// this process die first.
 func launchAttrs() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -141,9 +141,9 @@ func watchChild(t *testing.T, pidFile string) (pid int, waitExit func()) {
 	}
 }
 
-func assertNoSockets(t *testing.T, dir string) {
+func assertNoFilesLeft(t *testing.T, dir string) {
 	t.Helper()
-	for _, name := range []string{apiSocketName, vsockSocketName} {
+	for _, name := range []string{apiSocketName, vsockSocketName, pidFileName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s still exists after the machine ended (stat: %v)", name, err)
 		}
@@ -211,7 +211,7 @@ func TestStartDialGuestClose(t *testing.T) {
 	if !exited(t, childPid) {
 		t.Errorf("the VMM's child %d outlived Close", childPid)
 	}
-	assertNoSockets(t, cfg.Dir)
+	assertNoFilesLeft(t, cfg.Dir)
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
@@ -279,7 +279,7 @@ func TestCancelDuringStartLeavesNothing(t *testing.T) {
 	if !exited(t, childPid) {
 		t.Errorf("the VMM's child %d survived the cancelled Start", childPid)
 	}
-	assertNoSockets(t, cfg.Dir)
+	assertNoFilesLeft(t, cfg.Dir)
 }
 
 func TestStartSurfacesVMMErrorChain(t *testing.T) {
@@ -298,7 +298,7 @@ func TestStartSurfacesVMMErrorChain(t *testing.T) {
 			t.Errorf("Start error %q does not contain %s", err, want)
 		}
 	}
-	assertNoSockets(t, cfg.Dir)
+	assertNoFilesLeft(t, cfg.Dir)
 }
 
 func TestStartReportsVMMThatExitsEarly(t *testing.T) {
@@ -362,7 +362,7 @@ func TestMachineNoticesVMMDeath(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Errorf("Close after the VMM died: %v", err)
 	}
-	assertNoSockets(t, cfg.Dir)
+	assertNoFilesLeft(t, cfg.Dir)
 }
 
 func TestStartRejectsBadConfig(t *testing.T) {
@@ -438,5 +438,50 @@ func BenchmarkStartClose(b *testing.B) {
 		if err := m.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestKillLeftover(t *testing.T) {
+	binary := fakeVMM(t)
+	dir := t.TempDir()
+	// A VMM whose daemon crashed: launched the driver's way, owned by no
+	// machine.
+	leftover := exec.Command(binary, "--api-socket", "path="+filepath.Join(dir, apiSocketName))
+	if err := leftover.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- leftover.Wait() }()
+	pidFile := filepath.Join(dir, pidFileName)
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(leftover.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An unrelated process whose pid a stale pid file could name.
+	stranger := exec.Command(binary, "--fake-child")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stranger.Process.Kill(); stranger.Wait() }()
+	strangerDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(strangerDir, pidFileName), []byte(strconv.Itoa(stranger.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := KillLeftover(dir); err != nil {
+		t.Fatalf("KillLeftover: %v", err)
+	}
+	if err := KillLeftover(strangerDir); err != nil {
+		t.Fatalf("KillLeftover with a reused pid: %v", err)
+	}
+
+	if err := <-waited; err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("leftover VMM ended with %v, want it killed", err)
+	}
+	if exited(t, stranger.Process.Pid) {
+		t.Error("KillLeftover killed a process that was not the VMM of its directory")
+	}
+	assertNoFilesLeft(t, dir)
+	if err := KillLeftover(dir); err != nil {
+		t.Errorf("KillLeftover with nothing left: %v", err)
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +41,7 @@ type machine struct {
 	api       *chapi.Client
 	apiSock   string
 	vsockSock string
+	pidFile   string
 	console   *tailBuffer
 	vmmLog    *tailBuffer
 	timings   vmm.Timings
@@ -66,6 +70,7 @@ func launch(binary, dir string) (*machine, error) {
 	m := &machine{
 		apiSock:   filepath.Join(dir, apiSocketName),
 		vsockSock: filepath.Join(dir, vsockSocketName),
+		pidFile:   filepath.Join(dir, pidFileName),
 		console:   newTailBuffer(consoleTailSize),
 		vmmLog:    newTailBuffer(vmmLogTailSize),
 		done:      make(chan struct{}),
@@ -73,7 +78,7 @@ func launch(binary, dir string) (*machine, error) {
 	m.api = chapi.NewClient(m.apiSock)
 	// The VMM refuses to bind over existing socket files, such as those a
 	// killed predecessor left.
-	if err := m.removeSockets(); err != nil {
+	if err := m.removeFiles(); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, "--api-socket", "path="+m.apiSock)
@@ -82,18 +87,36 @@ func launch(binary, dir string) (*machine, error) {
 	cmd.SysProcAttr = launchAttrs()
 	cmd.WaitDelay = pipeDrainTimeout
 	m.cmd = cmd
-	m.timings.Launched = time.Now()
-	if err := cmd.Start(); err != nil {
+	started := make(chan error)
+	go m.supervise(started)
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("launch %s: %w", binary, err)
 	}
-	go m.supervise()
+	if err := os.WriteFile(m.pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		m.kill()
+		return nil, fmt.Errorf("launch %s: record pid: %w", binary, err)
+	}
 	return m, nil
 }
 
-// supervise waits for the VMM to exit, kills whatever it left in its
-// process group, and reaps it.
-func (m *machine) supervise() {
+// supervise starts the VMM, reports the outcome on started, then waits for
+// the VMM to exit, kills whatever it left in its process group, reaps it
+// and closes done.
+//
+// It holds its OS thread from start to exit because Pdeathsig fires when
+// the forking thread ends, not the daemon: a thread returned to the pool
+// could later be retired (a goroutine that exits while locked to it, as
+// network namespace code does) and take a healthy VM down with it.
+func (m *machine) supervise(started chan<- error) {
 	defer close(m.done)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m.timings.Launched = time.Now()
+	if err := m.cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	started <- nil
 	pid := m.cmd.Process.Pid
 	var info unix.Siginfo
 	for {
@@ -120,7 +143,7 @@ func (m *machine) kill() error {
 	}
 	m.groupMu.Unlock()
 	<-m.done
-	return m.removeSockets()
+	return m.removeFiles()
 }
 
 // boot brings the VM from nothing to running.
@@ -164,7 +187,7 @@ func (m *machine) waitForAPI(ctx context.Context) error {
 		}
 		select {
 		case <-m.done:
-			return errors.New("wait for API socket: the VMM exited")
+			return errors.New("wait for API socket: the VMM exited first")
 		case <-ctx.Done():
 			return fmt.Errorf("wait for API socket: %w (last ping: %v)", ctx.Err(), err)
 		case <-time.After(backoff):
@@ -194,18 +217,21 @@ func (m *machine) explain(err error) error {
 	default:
 		return err
 	}
-	log := printableTail(m.vmmLog.String())
-	if log == "" {
-		log = "(empty)"
+	var detail strings.Builder
+	if !m.killed {
+		status := "exit status 0"
+		if m.waitErr != nil {
+			status = m.waitErr.Error()
+		}
+		fmt.Fprintf(&detail, "; the VMM ended: %s", status)
 	}
-	if m.killed {
-		return fmt.Errorf("%w; VMM log:\n%s", err, log)
+	if log := printableTail(m.vmmLog.String()); log != "" {
+		fmt.Fprintf(&detail, "; VMM log:\n%s", log)
 	}
-	status := "exit status 0"
-	if m.waitErr != nil {
-		status = m.waitErr.Error()
+	if detail.Len() == 0 {
+		return err
 	}
-	return fmt.Errorf("%w; the VMM exited (%s), its log:\n%s", err, status, log)
+	return fmt.Errorf("%w%s", err, detail.String())
 }
 
 // DialGuest implements vmm.Machine.
@@ -272,10 +298,11 @@ func (m *machine) requestShutdown() {
 	}
 }
 
-// removeSockets deletes the socket files the VMM binds.
-func (m *machine) removeSockets() error {
+// removeFiles deletes what the driver and the VMM create in the VM's
+// directory.
+func (m *machine) removeFiles() error {
 	var errs []error
-	for _, p := range []string{m.apiSock, m.vsockSock} {
+	for _, p := range []string{m.apiSock, m.vsockSock, m.pidFile} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -6,7 +6,9 @@
 // file descriptor.
 //
 // Every call opens its own connection and is bounded by a short timeout on
-// top of its context, so a wedged VMM cannot stall the caller.
+// top of its context, so a wedged VMM cannot stall the caller. Errors start
+// with the endpoint's name ("vm.boot: ..."); a VMM's refusal is an
+// *APIError carrying its error chain.
 package chapi
 
 import (
@@ -70,7 +72,7 @@ func (c *Client) Info(ctx context.Context) (VMInfo, error) {
 	}
 	info, err := parseInfo(raw)
 	if err != nil {
-		return VMInfo{}, fmt.Errorf("cloud-hypervisor: vm.info: %w", err)
+		return VMInfo{}, fmt.Errorf("vm.info: %w", err)
 	}
 	return info, nil
 }
@@ -147,7 +149,7 @@ func (c *Client) call(ctx context.Context, method, op string, body any, files []
 		if errors.As(err, &apiErr) {
 			return 0, err
 		}
-		return 0, fmt.Errorf("cloud-hypervisor: %s: %w", op, err)
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	return status, nil
 }

@@ -28,7 +28,7 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "cloud-hypervisor: %s: HTTP %d", e.Operation, e.StatusCode)
+	fmt.Fprintf(&b, "%s: HTTP %d", e.Operation, e.StatusCode)
 	for _, m := range e.Messages {
 		fmt.Fprintf(&b, ": %q", m)
 	}

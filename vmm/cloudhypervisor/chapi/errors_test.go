@@ -121,7 +121,7 @@ func TestErrorNamesOperationAndQuotesVMMMessages(t *testing.T) {
 
 	err := client.Boot(context.Background())
 
-	want := `cloud-hypervisor: vm.boot: HTTP 500: "Error booting VM": "Invalid \"kernel\"\n"`
+	want := `vm.boot: HTTP 500: "Error booting VM": "Invalid \"kernel\"\n"`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Boot error = %v\nwant %s", err, want)
 	}
