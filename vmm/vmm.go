@@ -41,14 +41,17 @@ type Driver interface {
 	Name() string
 	// Start launches the VMM process and boots cfg. It returns once the
 	// VMM reports the VM running; the guest may still be booting. If ctx
-	// is cancelled or Start fails, nothing is left running.
+	// is cancelled or Start fails, nothing is left running. ctx bounds
+	// the start only: a started machine runs until Close.
 	Start(ctx context.Context, cfg Config) (Machine, error)
 }
 
 // Machine is one running microVM.
 type Machine interface {
 	// DialGuest opens the byte stream to the guest init (the vsockproto
-	// connection). It retries until the guest answers or ctx ends.
+	// connection). It retries until the guest answers or ctx ends. Over
+	// virtio-serial the stream exists before the guest init is up: the
+	// guest's Hello, not the dial, says it is ready.
 	DialGuest(ctx context.Context) (net.Conn, error)
 	// PID is the VMM process id.
 	PID() int

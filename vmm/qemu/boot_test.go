@@ -22,7 +22,7 @@ import (
 const bootTimeout = 2 * time.Minute
 
 // requireQEMU skips when QEMU is missing; CI installs it.
-func requireQEMU(t *testing.T) {
+func requireQEMU(t testing.TB) {
 	t.Helper()
 	if err := Available(); err != nil {
 		t.Skipf("%v (CI installs it)", err)
@@ -31,7 +31,7 @@ func requireQEMU(t *testing.T) {
 
 // requireImage returns the guest image the CLI would use, or skips with
 // the command that builds it.
-func requireImage(t *testing.T) *image.Image {
+func requireImage(t testing.TB) *image.Image {
 	t.Helper()
 	requireQEMU(t)
 	stateDir := os.Getenv("EPHEMERAL_STATE_DIR")
@@ -48,7 +48,7 @@ func requireImage(t *testing.T) *image.Image {
 	return img
 }
 
-func testConfig(t *testing.T, img *image.Image) vmm.Config {
+func testConfig(t testing.TB, img *image.Image) vmm.Config {
 	return vmm.Config{
 		ID:        "test_" + strconv.Itoa(os.Getpid()),
 		Kernel:    img.Kernel,
@@ -361,4 +361,40 @@ func TestKillLeftoverSparesStrangers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, pidFileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale pid file left behind: %v", err)
 	}
+}
+
+// BenchmarkBoot measures a whole disposable VM: Start, the guest's Hello,
+// Close. Besides ns/op it reports the driver's own share (launch to
+// running) and launch to Hello, the time a user waits for a usable guest.
+func BenchmarkBoot(b *testing.B) {
+	img := requireImage(b)
+	driver := New("")
+	var toRunning, toHello time.Duration
+	for b.Loop() {
+		cfg := testConfig(b, img)
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		m, err := driver.Start(ctx, cfg)
+		if err != nil {
+			cancel()
+			b.Fatalf("Start: %v", err)
+		}
+		conn, err := m.DialGuest(ctx)
+		if err != nil {
+			b.Fatalf("DialGuest: %v", err)
+		}
+		client := vsockproto.NewClient(conn)
+		if _, err := client.Hello(ctx); err != nil {
+			b.Fatalf("Hello: %v\nconsole:\n%s", err, m.Console())
+		}
+		launched := m.Timings().Launched
+		toHello += time.Since(launched)
+		toRunning += m.Timings().Running.Sub(launched)
+		client.Close()
+		if err := m.Close(); err != nil {
+			b.Fatalf("Close: %v", err)
+		}
+		cancel()
+	}
+	b.ReportMetric(float64(toRunning.Milliseconds())/float64(b.N), "ms-to-running/op")
+	b.ReportMetric(float64(toHello.Milliseconds())/float64(b.N), "ms-to-hello/op")
 }

@@ -87,7 +87,7 @@ const (
 
 // Start implements vmm.Driver. ctx bounds the start only; once Start has
 // returned, the machine runs until Close or until the guest powers off.
-func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (_ vmm.Machine, err error) {
+func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
 	facts, err := d.host()
 	if err != nil {
 		return nil, err
@@ -109,71 +109,38 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (_ vmm.Machine, err 
 	}
 	undo.push(func() { m.removeFiles() })
 
-	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, pidFile: filepath.Join(cfg.Dir, pidFileName)}
-	// extra becomes the child's descriptors 3, 4, ...; owned are the ones
-	// created here, whose parent copies are closed once the child has them.
-	var extra, owned []*os.File
-	defer func() {
-		for _, f := range owned {
-			f.Close()
-		}
-	}()
-	pass := func(f *os.File, own bool) int {
-		extra = append(extra, f)
-		if own {
-			owned = append(owned, f)
-		}
-		return 2 + len(extra)
-	}
-
-	qmpListener, err := listenUnix(filepath.Join(cfg.Dir, qmpSocketName))
+	var files childFiles
+	defer files.closeOwned()
+	l, err := m.plan(cfg, facts, &files)
 	if err != nil {
 		return nil, err
-	}
-	l.qmpFD = pass(qmpListener, true)
-	if vhost, cid, err := reserveVsockCID(); err == nil {
-		l.vhostFD, l.vsockCID = pass(vhost, true), cid
-		m.vsockCID = cid
-	} else {
-		serial, err := listenUnix(filepath.Join(cfg.Dir, guestSocketName))
-		if err != nil {
-			return nil, err
-		}
-		l.serialFD = pass(serial, true)
-	}
-	if cfg.Tap != nil {
-		// The caller keeps cfg.Tap; the child gets its own copy.
-		l.tapFD = pass(cfg.Tap, false)
 	}
 	args, err := l.args()
 	if err != nil {
 		return nil, err
 	}
-
-	cmd := exec.Command(d.binary, args...)
-	cmd.ExtraFiles = extra
-	cmd.Stdout = m.console // the serial console
-	cmd.Stderr = m.console // QEMU's own complaints, next to what the guest said
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	m.cmd = exec.Command(d.binary, args...)
+	m.cmd.ExtraFiles = files.all
+	m.cmd.Stdout = m.console // the serial console
+	m.cmd.Stderr = m.console // QEMU's own complaints, next to what the guest said
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own group, so Close can kill everything it spawned ...
 		Setpgid: true,
 		// ... and it dies with the daemon, even on a crash.
 		Pdeathsig: syscall.SIGKILL,
 	}
 	// A process that inherited the console pipe must not hold Wait open.
-	cmd.WaitDelay = time.Second
-	m.cmd = cmd
+	m.cmd.WaitDelay = time.Second
+
 	started := make(chan error, 1)
 	go m.run(started)
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}
 	undo.push(func() { m.Close() })
-
-	for _, f := range owned {
-		f.Close()
-	}
-	owned = nil
+	// QEMU holds the sockets now; a parent copy would keep them alive
+	// after QEMU died and hang the QMP handshake below.
+	files.closeOwned()
 
 	if err := m.waitRunning(ctx); err != nil {
 		return nil, err
@@ -181,6 +148,60 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (_ vmm.Machine, err 
 	m.timings.Running = time.Now()
 	undo.release()
 	return m, nil
+}
+
+// plan creates the sockets QEMU will serve and picks the guest channel:
+// vhost-vsock when the host has it, virtio-serial otherwise.
+func (m *machine) plan(cfg vmm.Config, facts hostFacts, files *childFiles) (launch, error) {
+	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, pidFile: filepath.Join(cfg.Dir, pidFileName)}
+	qmpListener, err := listenUnix(filepath.Join(cfg.Dir, qmpSocketName))
+	if err != nil {
+		return launch{}, err
+	}
+	l.qmpFD = files.pass(qmpListener)
+	if vhost, cid, err := reserveVsockCID(); err == nil {
+		l.vhostFD, l.vsockCID = files.pass(vhost), cid
+		m.vsockCID = cid
+	} else {
+		serial, err := listenUnix(filepath.Join(cfg.Dir, guestSocketName))
+		if err != nil {
+			return launch{}, err
+		}
+		l.serialFD = files.pass(serial)
+	}
+	if cfg.Tap != nil {
+		l.tapFD = files.lend(cfg.Tap)
+	}
+	return l, nil
+}
+
+// childFiles are the descriptors QEMU inherits: all[i] becomes its
+// descriptor 3+i.
+type childFiles struct {
+	all []*os.File
+	// owned were created for QEMU; the parent closes its copies once QEMU
+	// has started (or failed to).
+	owned []*os.File
+}
+
+// pass hands over f, which the driver created, and returns its number in
+// the child.
+func (c *childFiles) pass(f *os.File) int {
+	c.owned = append(c.owned, f)
+	return c.lend(f)
+}
+
+// lend gives the child a copy of the caller's f, which stays open.
+func (c *childFiles) lend(f *os.File) int {
+	c.all = append(c.all, f)
+	return 2 + len(c.all)
+}
+
+func (c *childFiles) closeOwned() {
+	for _, f := range c.owned {
+		f.Close()
+	}
+	c.owned = nil
 }
 
 // waitRunning connects to QMP and returns once QEMU reports the VM

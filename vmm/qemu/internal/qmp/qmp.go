@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -24,9 +25,14 @@ import (
 // stay far below this.
 const MaxLine = 64 << 10
 
-// DefaultCallTimeout bounds a call whose ctx has no earlier deadline. A
-// QEMU that does not answer a local socket within this time is broken.
-const DefaultCallTimeout = 5 * time.Second
+// CallTimeout bounds a command whose ctx has no earlier deadline. A QEMU
+// that does not answer on a local socket within this time is broken.
+const CallTimeout = 5 * time.Second
+
+// GreetingTimeout bounds the wait for the greeting when ctx has no earlier
+// deadline. It is longer than CallTimeout: QEMU greets only after loading
+// the kernel and initrd, which a loaded host may take a while to do.
+const GreetingTimeout = 30 * time.Second
 
 // Error is an error reply from QEMU.
 type Error struct {
@@ -69,7 +75,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 // QEMU's greeting and sends qmp_capabilities.
 func Handshake(ctx context.Context, conn net.Conn) (*Client, error) {
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, MaxLine)}
-	stop := c.bound(ctx)
+	stop := c.bound(ctx, GreetingTimeout)
 	msg, err := c.readMessage()
 	stop()
 	if err != nil {
@@ -143,7 +149,7 @@ func (c *Client) Execute(ctx context.Context, name string, args, result any) err
 	if err != nil {
 		return fmt.Errorf("qmp: %s: encode: %w", name, err)
 	}
-	stop := c.bound(ctx)
+	stop := c.bound(ctx, CallTimeout)
 	defer stop()
 	if _, err := c.conn.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("qmp: %s: send: %w", name, ctxErr(ctx, err))
@@ -176,11 +182,11 @@ func (c *Client) Execute(ctx context.Context, name string, args, result any) err
 	}
 }
 
-// bound applies ctx's deadline (or DefaultCallTimeout, whichever is
+// bound applies ctx's deadline (or timeout from now, whichever is
 // earlier) to the connection and unblocks I/O when ctx is cancelled. The
 // returned func undoes it.
-func (c *Client) bound(ctx context.Context) (stop func()) {
-	deadline := time.Now().Add(DefaultCallTimeout)
+func (c *Client) bound(ctx context.Context, timeout time.Duration) (stop func()) {
+	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -216,6 +222,10 @@ func (c *Client) readMessage() (message, error) {
 func ctxErr(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%w (%v)", ctxErr, err)
+	}
+	// The socket deadline set from ctx's can fire before ctx notices.
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 	}
 	return err
 }

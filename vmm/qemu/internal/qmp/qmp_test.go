@@ -45,64 +45,67 @@ func fakeQEMU(t *testing.T, conn net.Conn, first string, reply func(execute, id 
 
 func okReply(id string) string { return `{"return": {}, "id": "` + id + `"}` + "\r\n" }
 
+// statusReplies are replies to query-status, %ID% standing for the id of
+// the command; FuzzSession starts from them.
+var statusReplies = []struct {
+	name        string
+	status      string // the query-status reply, %ID% replaced by the id
+	wantRunning bool
+	wantState   string
+	wantErr     string
+}{
+	{
+		name:        "running",
+		status:      `{"return": {"status": "running", "singlestep": false, "running": true}, "id": "%ID%"}`,
+		wantRunning: true, wantState: "running",
+	},
+	{
+		name:      "paused by -S",
+		status:    `{"return": {"status": "prelaunch", "singlestep": false, "running": false}, "id": "%ID%"}`,
+		wantState: "prelaunch",
+	},
+	{
+		// Events may arrive at any time; they are not the reply.
+		name: "events before the reply",
+		status: `{"timestamp": {"seconds": 1, "microseconds": 2}, "event": "RESUME"}` + "\r\n" +
+			`{"timestamp": {"seconds": 1, "microseconds": 3}, "event": "NIC_RX_FILTER_CHANGED", "data": {"path": "/x"}}` + "\r\n" +
+			`{"return": {"status": "running", "running": true}, "id": "%ID%"}`,
+		wantRunning: true, wantState: "running",
+	},
+	{
+		name:    "error reply",
+		status:  `{"error": {"class": "GenericError", "desc": "no\nway"}, "id": "%ID%"}`,
+		wantErr: `"GenericError": "no\nway"`,
+	},
+	{
+		name:    "reply to another command",
+		status:  `{"return": {"status": "running", "running": true}, "id": "999"}`,
+		wantErr: "reply for id",
+	},
+	{
+		name:    "neither return nor error",
+		status:  `{"id": "%ID%"}`,
+		wantErr: "neither return nor error",
+	},
+	{
+		name:    "not json",
+		status:  `running, honestly`,
+		wantErr: "decode",
+	},
+	{
+		name:    "return of the wrong shape",
+		status:  `{"return": {"running": "yes"}, "id": "%ID%"}`,
+		wantErr: "decode reply",
+	},
+	{
+		name:    "endless line",
+		status:  `{"return": {"status": "` + strings.Repeat("r", MaxLine) + `"}, "id": "%ID%"}`,
+		wantErr: "line longer than",
+	},
+}
+
 func TestQueryStatus(t *testing.T) {
-	tests := []struct {
-		name        string
-		status      string // the query-status reply, %ID% replaced by the id
-		wantRunning bool
-		wantState   string
-		wantErr     string
-	}{
-		{
-			name:        "running",
-			status:      `{"return": {"status": "running", "singlestep": false, "running": true}, "id": "%ID%"}`,
-			wantRunning: true, wantState: "running",
-		},
-		{
-			name:      "paused by -S",
-			status:    `{"return": {"status": "prelaunch", "singlestep": false, "running": false}, "id": "%ID%"}`,
-			wantState: "prelaunch",
-		},
-		{
-			// Events may arrive at any time; they are not the reply.
-			name: "events before the reply",
-			status: `{"timestamp": {"seconds": 1, "microseconds": 2}, "event": "RESUME"}` + "\r\n" +
-				`{"timestamp": {"seconds": 1, "microseconds": 3}, "event": "NIC_RX_FILTER_CHANGED", "data": {"path": "/x"}}` + "\r\n" +
-				`{"return": {"status": "running", "running": true}, "id": "%ID%"}`,
-			wantRunning: true, wantState: "running",
-		},
-		{
-			name:    "error reply",
-			status:  `{"error": {"class": "GenericError", "desc": "no\nway"}, "id": "%ID%"}`,
-			wantErr: `"GenericError": "no\nway"`,
-		},
-		{
-			name:    "reply to another command",
-			status:  `{"return": {"status": "running", "running": true}, "id": "999"}`,
-			wantErr: "reply for id",
-		},
-		{
-			name:    "neither return nor error",
-			status:  `{"id": "%ID%"}`,
-			wantErr: "neither return nor error",
-		},
-		{
-			name:    "not json",
-			status:  `running, honestly`,
-			wantErr: "decode",
-		},
-		{
-			name:    "return of the wrong shape",
-			status:  `{"return": {"running": "yes"}, "id": "%ID%"}`,
-			wantErr: "decode reply",
-		},
-		{
-			name:    "endless line",
-			status:  `{"return": {"status": "` + strings.Repeat("r", MaxLine) + `"}, "id": "%ID%"}`,
-			wantErr: "line longer than",
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range statusReplies {
 		t.Run(tt.name, func(t *testing.T) {
 			client, server := net.Pipe()
 			fakeQEMU(t, server, greeting, func(execute, id string) string {
@@ -157,18 +160,20 @@ func TestErrorReplyIsTyped(t *testing.T) {
 	}
 }
 
+// handshakeReplies are first lines a client must refuse.
+var handshakeReplies = []struct {
+	name    string
+	first   string
+	wantErr string
+}{
+	{"not a greeting", `{"return": {}}` + "\n", "not a QMP greeting"},
+	{"garbage", "\x00\x01\x02\n", "decode"},
+	{"endless greeting", strings.Repeat("{", MaxLine+1), "line longer than"},
+	{"closed before greeting", "", "EOF"},
+}
+
 func TestHandshakeRejects(t *testing.T) {
-	tests := []struct {
-		name    string
-		first   string
-		wantErr string
-	}{
-		{"not a greeting", `{"return": {}}` + "\n", "not a QMP greeting"},
-		{"garbage", "\x00\x01\x02\n", "decode"},
-		{"endless greeting", strings.Repeat("{", MaxLine+1), "line longer than"},
-		{"closed before greeting", "", "EOF"},
-	}
-	for _, tt := range tests {
+	for _, tt := range handshakeReplies {
 		t.Run(tt.name, func(t *testing.T) {
 			client, server := net.Pipe()
 			go func() {
@@ -246,11 +251,15 @@ func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
 // during a handshake and a status query: it must fail cleanly, never panic
 // or accept a line over MaxLine.
 func FuzzSession(f *testing.F) {
-	f.Add([]byte(greeting + `{"return": {}, "id": "1"}` + "\n" + `{"return": {"status": "running", "running": true}, "id": "2"}` + "\n"))
-	f.Add([]byte(greeting + `{"return": {}, "id": "1"}` + "\n" + `{"event": "STOP"}` + "\n" + `{"error": {"class": "x", "desc": "y"}, "id": "2"}` + "\n"))
+	// The client numbers commands from 1: qmp_capabilities, then
+	// query-status as 2.
+	for _, tt := range statusReplies {
+		f.Add([]byte(greeting + okReply("1") + strings.ReplaceAll(tt.status, "%ID%", "2") + "\n"))
+	}
+	for _, tt := range handshakeReplies {
+		f.Add([]byte(tt.first))
+	}
 	f.Add([]byte(greeting + `{"return": {}, "id": 1}` + "\n"))
-	f.Add([]byte(`{"QMP": null}` + "\n" + `{"id": "1"}` + "\n"))
-	f.Add([]byte(greeting + `{"return": {}, "id": "1"}` + "\n" + `{"return": {"running": "yes"}, "id": "2"}` + "\n"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		c, err := Handshake(context.Background(), &scriptConn{r: bytes.NewReader(stream)})
 		if err != nil {
