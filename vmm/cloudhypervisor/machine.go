@@ -118,28 +118,35 @@ func (m *machine) supervise(started chan<- error) {
 	}
 	started <- nil
 	pid := m.cmd.Process.Pid
+	// WNOWAIT leaves the leader a zombie, keeping the group id ours until
+	// the group has been killed below.
 	var info unix.Siginfo
-	for {
-		// WNOWAIT leaves the leader a zombie, keeping the group id ours
-		// until the group has been killed below.
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+	for errors.Is(err, unix.EINTR) {
+		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
 	}
 	m.groupMu.Lock()
-	syscall.Kill(-pid, syscall.SIGKILL) // ESRCH: the leader was alone
+	if err == nil {
+		syscall.Kill(-pid, syscall.SIGKILL) // ESRCH: the leader was alone
+	}
+	// Should waitid fail, whether the leader is reaped is unknown: the
+	// group is left alone rather than risk signalling a stranger.
 	m.exited = true
 	m.groupMu.Unlock()
 	m.waitErr = m.cmd.Wait()
 }
 
 // kill SIGKILLs the VMM's process group, waits until the VMM is reaped and
-// removes its sockets.
+// removes the VM directory's files.
 func (m *machine) kill() error {
 	m.groupMu.Lock()
 	if !m.exited {
 		m.killed = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL) == nil
+	} else {
+		// The group is no longer safe to signal, but os.Process never
+		// signals a reaped process: this ends a leader still running
+		// after supervise's waitid failed.
+		m.cmd.Process.Kill()
 	}
 	m.groupMu.Unlock()
 	<-m.done
