@@ -77,6 +77,8 @@ type Driver struct {
 	binary string
 }
 
+var _ vmm.Driver = (*Driver)(nil)
+
 // New returns a driver that runs binary, a path or a name looked up in
 // PATH; "" means DefaultBinary.
 func New(binary string) *Driver {
