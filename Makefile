@@ -1,0 +1,37 @@
+# Ephemeral's build. The two commands the README promises:
+#   make demo   boots a microVM and runs the product page's sandbox steps in it
+#   make test   runs every test, VM and root tests included
+# Both install what they need (Debian packages, the guest image) first.
+
+GO        ?= go
+STATE_DIR ?= /var/lib/ephemeral
+export EPHEMERAL_STATE_DIR := $(STATE_DIR)
+export CGO_ENABLED := 0
+
+.PHONY: build deps image demo test bench clean
+
+build:
+	$(GO) build -trimpath -o bin/ephemeral-init ./guest/cmd/ephemeral-init
+	$(GO) build -trimpath -o bin/ephemeral ./tools/ephemeral
+
+deps:
+	./tools/install-deps.sh
+
+# Cached by content hash: only rebuilt when an input changed.
+image: deps build
+	bin/ephemeral image build
+
+# The product page's four steps, in a fresh microVM that is destroyed after.
+demo: image
+	bin/ephemeral sandbox exec --shell -- "$$(cat tools/demo.sh)"
+
+# EPHEMERAL_REQUIRE_VM turns the VM and root tests' "skip" into failures:
+# here everything they need has just been installed and built.
+test: image
+	EPHEMERAL_REQUIRE_VM=1 $(GO) test -count=1 -timeout 40m ./...
+
+bench: image
+	bin/ephemeral bench boot -n 10
+
+clean:
+	rm -rf bin

@@ -1,0 +1,469 @@
+// Package sandbox is the host's handle on disposable microVMs: it boots one
+// from the guest image with the machine's VMM, connects to the guest init,
+// runs commands and file transfers in it, and destroys it so that nothing
+// remains — no VMM process, socket, directory or network namespace — also
+// when the caller's context ends mid-boot or the daemon itself died.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// Options shape one sandbox.
+type Options struct {
+	// VCPUs defaults to 1, MemoryMiB to 512.
+	VCPUs     int
+	MemoryMiB int
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	out := *o
+	if out.VCPUs == 0 {
+		out.VCPUs = 1
+	}
+	if out.MemoryMiB == 0 {
+		out.MemoryMiB = 512
+	}
+	switch {
+	case out.VCPUs < 1 || out.VCPUs > 16:
+		return out, fmt.Errorf("sandbox: vcpus %d out of range 1..16", out.VCPUs)
+	case out.MemoryMiB < 128 || out.MemoryMiB > 16384:
+		return out, fmt.Errorf("sandbox: memory %d MiB out of range 128..16384", out.MemoryMiB)
+	}
+	return out, nil
+}
+
+// Manager creates sandboxes from one guest image with one VMM driver. It is
+// safe for concurrent use; several processes may share a state directory.
+type Manager struct {
+	driver   vmm.Driver
+	image    *image.Image
+	dir      string // <state>/sandboxes
+	logf     func(format string, args ...any)
+	killer   leftoverKiller
+	mu       sync.Mutex
+	live     map[string]*Sandbox // guarded by mu
+	draining bool                // guarded by mu
+}
+
+// leftoverKiller kills a VMM that a dead process left running for a
+// sandbox directory.
+type leftoverKiller func(vmDir string) error
+
+// Config configures a Manager.
+type Config struct {
+	// StateDir holds the guest image and, under sandboxes/, the
+	// sandboxes' directories.
+	StateDir string
+	// RunDir overrides where the sandboxes' directories go.
+	RunDir string
+	// Driver overrides the VMM chosen by Detect.
+	Driver vmm.Driver
+	// Logf receives diagnostics; nil means log.Printf.
+	Logf func(format string, args ...any)
+}
+
+// NewManager loads the guest image and picks the VMM driver. It does not
+// touch leftovers of other processes; call Reconcile for that.
+func NewManager(cfg Config) (*Manager, error) {
+	img, err := image.Load(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	driver := cfg.Driver
+	if driver == nil {
+		if driver, err = Detect(); err != nil {
+			return nil, err
+		}
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = log.Printf
+	}
+	dir := cfg.RunDir
+	if dir == "" {
+		dir = filepath.Join(cfg.StateDir, "sandboxes")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
+	}
+	return &Manager{
+		driver: driver,
+		image:  img,
+		dir:    dir,
+		logf:   logf,
+		killer: killLeftoverVMM,
+		live:   make(map[string]*Sandbox),
+	}, nil
+}
+
+// Driver names the VMM in use.
+func (m *Manager) Driver() string { return m.driver.Name() }
+
+// Image is the guest image sandboxes boot from.
+func (m *Manager) Image() *image.Image { return m.image }
+
+// BootTimings break one sandbox's start into phases.
+type BootTimings struct {
+	// VMMStart is from launching the VMM process to the VMM reporting
+	// the VM running.
+	VMMStart time.Duration
+	// Kernel is the guest kernel's own boot, up to starting the init.
+	Kernel time.Duration
+	// Init is the guest init's work up to serving the host (mounts,
+	// modules, overlay).
+	Init time.Duration
+	// Ready is from Create's call to the guest's Hello: what a user waits.
+	Ready time.Duration
+}
+
+// Sandbox is one running microVM with its guest connection.
+type Sandbox struct {
+	id      string
+	dir     string
+	lock    *os.File
+	machine vmm.Machine
+	client  *vsockproto.Client
+	hello   vsockproto.Hello
+	timings BootTimings
+	m       *Manager
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+// ErrDestroyed is returned by operations on a destroyed sandbox.
+var ErrDestroyed = errors.New("sandbox destroyed")
+
+// Create boots a sandbox and waits until its guest init is serving. On
+// error, or when ctx ends first, everything it had started is torn down.
+func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err error) {
+	opts, err = opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	var undo undoStack
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+
+	dir := filepath.Join(m.dir, id)
+	lock, err := m.makeOwnedDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func() { os.RemoveAll(dir); lock.Close() })
+
+	if err := m.register(id, nil); err != nil {
+		return nil, err
+	}
+	undo.push(func() { m.unregister(id) })
+
+	vmDir := filepath.Join(dir, "vm")
+	if err := os.Mkdir(vmDir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
+	}
+	machine, err := m.driver.Start(ctx, vmm.Config{
+		ID:        id,
+		Kernel:    m.image.Kernel,
+		Initrd:    m.image.Initrd,
+		RootDisk:  m.image.RootDisk,
+		VCPUs:     opts.VCPUs,
+		MemoryMiB: opts.MemoryMiB,
+		Dir:       vmDir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: start %s: %w", m.driver.Name(), err)
+	}
+	undo.push(func() { machine.Close() })
+
+	client, hello, err := connect(ctx, machine)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: connect to guest: %w\nguest console:\n%s", err, machine.Console())
+	}
+	undo.push(func() { client.Close() })
+
+	vt := machine.Timings()
+	sb := &Sandbox{
+		id:      id,
+		dir:     dir,
+		lock:    lock,
+		machine: machine,
+		client:  client,
+		hello:   hello,
+		m:       m,
+		timings: BootTimings{
+			VMMStart: vt.Running.Sub(vt.Launched),
+			Kernel:   hello.KernelUptime - hello.InitDuration,
+			Init:     hello.InitDuration,
+			Ready:    time.Since(began),
+		},
+	}
+	if err := m.register(id, sb); err != nil {
+		return nil, err
+	}
+	undo.release()
+	return sb, nil
+}
+
+// connect dials the guest and waits for its Hello, giving up when the VMM
+// dies so a guest that never comes up fails fast instead of at ctx's end.
+func connect(ctx context.Context, machine vmm.Machine) (*vsockproto.Client, vsockproto.Hello, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-machine.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer func() { cancel(); <-watched }()
+	conn, err := machine.DialGuest(ctx)
+	if err != nil {
+		return nil, vsockproto.Hello{}, vmmExited(machine, err)
+	}
+	client := vsockproto.NewClient(conn)
+	hello, err := client.Hello(ctx)
+	if err != nil {
+		client.Close()
+		return nil, vsockproto.Hello{}, vmmExited(machine, err)
+	}
+	return client, hello, nil
+}
+
+func vmmExited(machine vmm.Machine, err error) error {
+	select {
+	case <-machine.Done():
+		return fmt.Errorf("VMM exited during boot: %w", err)
+	default:
+		return err
+	}
+}
+
+// ID identifies the sandbox in its state directory and network namespace.
+func (s *Sandbox) ID() string { return s.id }
+
+// Hello is what the guest init reported when it came up.
+func (s *Sandbox) Hello() vsockproto.Hello { return s.hello }
+
+// Timings are the sandbox's boot phases.
+func (s *Sandbox) Timings() BootTimings { return s.timings }
+
+// Exec runs req in the guest, streaming its output to stdout and stderr
+// (nil discards) and feeding it stdin (nil is empty).
+func (s *Sandbox) Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error) {
+	if err := req.Validate(); err != nil {
+		return vsockproto.ExitStatus{}, err
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	st, err := s.client.Exec(ctx, req, stdin, stdout, stderr)
+	if err != nil {
+		return st, s.explain(fmt.Errorf("sandbox: exec: %w", err))
+	}
+	return st, nil
+}
+
+// Start starts req in the guest and returns at once; the caller must Wait
+// for the process. Stdout and stderr (nil discards) receive the output as it
+// streams, with backpressure: a slow writer slows the guest process down.
+func (s *Sandbox) Start(ctx context.Context, req vsockproto.ExecRequest, stdout, stderr io.Writer) (*vsockproto.Process, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	p, err := s.client.Start(ctx, req, stdout, stderr)
+	if err != nil {
+		return nil, s.explain(fmt.Errorf("sandbox: exec: %w", err))
+	}
+	return p, nil
+}
+
+// WriteFile writes r to path in the guest.
+func (s *Sandbox) WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error {
+	if err := s.client.WriteFile(ctx, req, r); err != nil {
+		return s.explain(fmt.Errorf("sandbox: write %s: %w", req.Path, err))
+	}
+	return nil
+}
+
+// ReadFile copies path in the guest to w.
+func (s *Sandbox) ReadFile(ctx context.Context, req vsockproto.FileRequest, w io.Writer) error {
+	if err := s.client.ReadFile(ctx, req, w); err != nil {
+		return s.explain(fmt.Errorf("sandbox: read %s: %w", req.Path, err))
+	}
+	return nil
+}
+
+// explain marks errors caused by the VM having gone away.
+func (s *Sandbox) explain(err error) error {
+	select {
+	case <-s.machine.Done():
+		return fmt.Errorf("%w (the VM is gone)", err)
+	default:
+		return err
+	}
+}
+
+// Done is closed when the VM has stopped, for whatever reason.
+func (s *Sandbox) Done() <-chan struct{} { return s.machine.Done() }
+
+// Destroy kills the VM and removes everything the sandbox created. It is
+// idempotent and safe to call concurrently with other operations, which then
+// fail.
+func (s *Sandbox) Destroy() error {
+	s.destroyOnce.Do(func() {
+		var errs []error
+		s.client.Close()
+		if err := s.machine.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close VM: %w", err))
+		}
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", s.dir, err))
+		}
+		s.lock.Close()
+		s.m.unregister(s.id)
+		if len(errs) > 0 {
+			s.destroyErr = fmt.Errorf("sandbox %s: destroy: %w", s.id, errors.Join(errs...))
+		}
+	})
+	return s.destroyErr
+}
+
+// Shutdown destroys every sandbox of this manager and refuses new ones.
+func (m *Manager) Shutdown() error {
+	m.mu.Lock()
+	m.draining = true
+	var all []*Sandbox
+	for _, sb := range m.live {
+		if sb != nil {
+			all = append(all, sb)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, sb := range all {
+		errs = append(errs, sb.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) register(id string, sb *Sandbox) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.draining {
+		return errors.New("sandbox: manager is shutting down")
+	}
+	m.live[id] = sb
+	return nil
+}
+
+func (m *Manager) unregister(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.live, id)
+}
+
+func newID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("sandbox: id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// makeOwnedDir creates dir with its ownership lock held. The lock marks the
+// sandbox as owned by a live process: Reconcile, in this or another process,
+// only sweeps directories whose lock it can take, and the kernel drops the
+// lock when its owner dies, however it dies. The manager-wide lock, shared
+// here and exclusive in Reconcile, keeps a sweep from taking the lock of a
+// directory between its mkdir and its owner's flock.
+func (m *Manager) makeOwnedDir(dir string) (*os.File, error) {
+	all, err := m.lockAll(syscall.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer all.Close()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: create dir: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return lock, nil
+}
+
+// lockAll takes the manager-wide lock in mode (LOCK_SH or LOCK_EX),
+// blocking; closing the file releases it.
+func (m *Manager) lockAll(mode int) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(m.dir, ".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: state lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), mode); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: state lock: %w", os.NewSyscallError("flock", err))
+	}
+	return f, nil
+}
+
+// lockDir takes an exclusive flock on dir/lock for the life of the returned
+// file.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: lock %s: %w", dir, os.NewSyscallError("flock", err))
+	}
+	return f, nil
+}
+
+// undoStack runs cleanup steps in reverse unless released.
+type undoStack struct{ steps []func() }
+
+func (u *undoStack) push(f func()) { u.steps = append(u.steps, f) }
+func (u *undoStack) release()      { u.steps = nil }
+func (u *undoStack) run() {
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		u.steps[i]()
+	}
+	u.steps = nil
+}

@@ -1,0 +1,140 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
+)
+
+// cliState makes a state directory of the test's own that shares the real
+// guest image, so the CLI's sandboxes land where the test can inspect them.
+func cliState(t *testing.T) string {
+	t.Helper()
+	requireVM(t)
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(stateDir(), "images"), filepath.Join(dir, "images")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNothingLeft(t, filepath.Join(dir, "sandboxes")) })
+	return dir
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func runCLI(t *testing.T, state string, args ...string) cliResult {
+	t.Helper()
+	bin := buildCLI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--state-dir", state}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("ephemeral %v: %v", args, err)
+	}
+	return cliResult{stdout.String(), stderr.String(), code}
+}
+
+func TestCLISandboxExec(t *testing.T) {
+	state := cliState(t)
+
+	r := runCLI(t, state, "sandbox", "exec", "--", "sh", "-c", "whoami; pwd")
+	if r.code != 0 || !regexp.MustCompile(`^worker\n/tmp/ephemeral-run-[A-Za-z0-9]{6}/scratch\n$`).MatchString(r.stdout) {
+		t.Errorf("whoami; pwd: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	r = runCLI(t, state, "sandbox", "exec", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if r.code != 7 || r.stdout != "out\n" || !strings.Contains(r.stderr, "err\n") || strings.Contains(r.stdout, "err") {
+		t.Errorf("separate streams and exit code: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	r = runCLI(t, state, "sandbox", "exec", "--", "no-such-command")
+	if r.code != 127 || !strings.Contains(r.stderr, "no-such-command") {
+		t.Errorf("missing command: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Bad input gets an error that says what to do, and boots nothing.
+func TestCLIBadInput(t *testing.T) {
+	state := cliState(t)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		state string
+		want  string
+	}{
+		{"no image", []string{"sandbox", "exec", "--", "true"}, t.TempDir(), "ephemeral image build"},
+		{"unknown flag", []string{"sandbox", "exec", "--bogus", "--", "true"}, state, "flag provided but not defined: -bogus"},
+		{"zero timeout", []string{"sandbox", "exec", "--timeout", "0s", "--", "true"}, state, "--timeout must be positive"},
+		{"no command", []string{"sandbox", "exec"}, state, "missing COMMAND"},
+		{"bad memory", []string{"sandbox", "exec", "--memory", "1", "--", "true"}, state, "memory 1 MiB out of range"},
+	} {
+		r := runCLI(t, tc.state, tc.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want non-zero and %q", tc.name, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// A CLI killed with SIGKILL while its sandbox runs leaves a directory (and
+// maybe a VMM) behind; reconciliation removes all of it, and a second
+// reconciliation finds nothing.
+func TestReconcileAfterSIGKILL(t *testing.T) {
+	state := cliState(t)
+	bin := buildCLI(t)
+	cmd := exec.Command(bin, "--state-dir", state, "sandbox", "exec", "--", "sh", "-c", "echo up; sleep 600")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "up\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("sandbox did not come up: %q %v", line, err)
+	}
+	runDir := filepath.Join(state, "sandboxes")
+	before, _ := filepath.Glob(filepath.Join(runDir, "[0-9a-f]*"))
+	if len(before) != 1 {
+		t.Fatalf("want one sandbox dir while running, got %v", before)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+
+	m, err := sandbox.NewManager(sandbox.Config{StateDir: state, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	swept, err := m.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(swept) != 1 || swept[0] != filepath.Base(before[0]) {
+		t.Errorf("reconcile swept %v, want %s", swept, filepath.Base(before[0]))
+	}
+	again, err := m.Reconcile(ctx)
+	if err != nil || len(again) != 0 {
+		t.Errorf("second reconcile: swept %v, err %v", again, err)
+	}
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Ephemeral needs on the host: QEMU to boot
+# microVMs, debootstrap/e2fsprogs/dpkg to build the guest image. Idempotent:
+# packages already present are left alone, but the package lists are always
+# refreshed because the image build downloads the current cloud kernel.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: run as root (sudo make ...): apt-get and the VM network need it" >&2
+	exit 1
+fi
+
+packages=(qemu-system-x86 debootstrap e2fsprogs dpkg iproute2 ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "install-deps: installing ${missing[*]}"
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: ok (qemu: $(qemu-system-x86_64 --version | head -n1))"
