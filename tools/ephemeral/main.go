@@ -26,8 +26,12 @@ func main() {
 		Usage:                "run untrusted, AI-written code in disposable microVMs",
 		Flags:                []cli.Flag{stateDirFlag},
 		EnableBashCompletion: true,
-		Commands:             []*cli.Command{
-			// Each command lives in its own file of this package.
+		// Each command lives in its own file of this package.
+		Commands: []*cli.Command{
+			sandboxCommand(),
+			benchCommand(),
+			imageCommand,
+			serveCommand, adminCommand,
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
