@@ -1,0 +1,54 @@
+// Command blockingserve is `ephemeral serve` with a test Executor whose runs
+// meter some usage and then block forever, so a test can SIGKILL the daemon
+// mid-run. It lives under testdata so no product build can select it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/daemon"
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+)
+
+type blockingExecutor struct{}
+
+func (blockingExecutor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, nil); err != nil {
+		return runs.Result{}, err
+	}
+	if err := rec.Charge(ledger.Usage{ModelCalls: 1, InputTokens: 900, ModelMicros: 500, VMTime: 5 * time.Second}); err != nil {
+		return runs.Result{}, err
+	}
+	<-ctx.Done()
+	return runs.Result{}, ctx.Err()
+}
+
+func main() {
+	stateDir := flag.String("state-dir", "", "state directory")
+	reconciled := flag.String("reconciled", "", "file to write reconciled run ids to")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := daemon.Run(ctx, daemon.Config{
+		Listen: "127.0.0.1:0", StateDir: *stateDir, Rates: ledger.DefaultRates, MaxActivePerOrg: 10,
+		Executor: blockingExecutor{},
+		Reconcile: func(ctx context.Context, ids []string) error {
+			return os.WriteFile(*reconciled, []byte(strings.Join(ids, "\n")), 0o600)
+		},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
