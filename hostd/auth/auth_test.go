@@ -1,0 +1,53 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ephemeralhq/ephemeral/hostd/store"
+)
+
+type keyMap map[string]store.APIKey
+
+func (m keyMap) KeyByID(_ context.Context, id string) (store.APIKey, error) {
+	k, ok := m[id]
+	if !ok {
+		return store.APIKey{}, store.ErrNotFound
+	}
+	return k, nil
+}
+
+func TestAuthenticate(t *testing.T) {
+	good, revoked := NewKey(), NewKey()
+	keys := keyMap{
+		good.ID:    {ID: good.ID, OrgID: "org_a", Hash: good.Hash},
+		revoked.ID: {ID: revoked.ID, OrgID: "org_a", Hash: revoked.Hash, Revoked: true},
+	}
+	if !strings.HasPrefix(good.Secret, "eph_"+good.ID+"_") || len(good.Secret) < 60 {
+		t.Fatalf("key shape %q", good.Secret)
+	}
+	if org, err := Authenticate(context.Background(), keys, "Bearer "+good.Secret); err != nil || org != "org_a" {
+		t.Fatalf("good key: %q %v", org, err)
+	}
+	forged := "eph_" + good.ID + "_" + strings.Repeat("A", 43) // right id, wrong secret
+	for _, header := range []string{"", "Bearer", "Bearer ", "bearer " + forged, "Token " + good.Secret,
+		"Bearer " + revoked.Secret, "Bearer eph_zz_x", "Bearer " + strings.TrimPrefix(good.Secret, "eph_")} {
+		if _, err := Authenticate(context.Background(), keys, header); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%q: %v", header, err)
+		}
+	}
+}
+
+func FuzzParseID(f *testing.F) {
+	f.Add(NewKey().Secret)
+	f.Add("eph_0123456789abcdef_x")
+	f.Add("eph__")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := ParseID(s)
+		if err == nil && (len(id) != 16 || !strings.HasPrefix(s, "eph_"+id+"_")) {
+			t.Fatalf("ParseID(%q) = %q", s, id)
+		}
+	})
+}
