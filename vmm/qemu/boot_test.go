@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,6 +138,47 @@ func TestBootHello(t *testing.T) {
 	assertGone(t, pid, cfg.Dir)
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// Keep the main goroutine on the main thread: Go never retires the main
+// thread, so a test goroutine that ran there could not show a retired
+// thread's effect.
+func init() { runtime.LockOSThread() }
+
+// QEMU gets SIGKILL when the thread that forked it ends (Pdeathsig), not
+// only when the daemon does. A VM started by a goroutine that exits while
+// locked to its thread, which retires the thread (network namespace code
+// does this), must keep running.
+func TestMachineOutlivesStartingThread(t *testing.T) {
+	img := requireImage(t)
+	cfg := testConfig(t, img)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	type started struct {
+		m   vmm.Machine
+		err error
+	}
+	result := make(chan started, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine.
+		runtime.LockOSThread()
+		m, err := New("").Start(ctx, cfg)
+		result <- started{m, err}
+	}()
+	r := <-result
+	if r.err != nil {
+		t.Fatalf("Start: %v", r.err)
+	}
+	defer r.m.Close()
+	conn, err := r.m.DialGuest(ctx)
+	if err != nil {
+		t.Fatalf("DialGuest: %v", err)
+	}
+	client := vsockproto.NewClient(conn)
+	defer client.Close()
+	if _, err := client.Hello(ctx); err != nil {
+		t.Fatalf("Hello after the starting thread ended: %v\nconsole:\n%s", err, r.m.Console())
 	}
 }
 

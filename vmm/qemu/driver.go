@@ -69,6 +69,8 @@ func probeHost() (hostFacts, error) {
 	return facts, nil
 }
 
+var _ vmm.Driver = (*Driver)(nil)
+
 // Name implements vmm.Driver.
 func (d *Driver) Name() string { return "qemu" }
 
