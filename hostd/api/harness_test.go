@@ -91,6 +91,9 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	if cfg.maxActivePerOrg == 0 {
 		cfg.maxActivePerOrg = 100
 	}
+	if cfg.maxConcurrent == 0 {
+		cfg.maxConcurrent = 8
+	}
 	if cfg.credit == 0 {
 		cfg.credit = 10_000_000
 	}
@@ -102,7 +105,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	}
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
-		MaxConcurrent: max(cfg.maxConcurrent, 8), MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
+		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
 	srv := New(st, svc, hub, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)

@@ -446,21 +446,15 @@ func TestCancel(t *testing.T) {
 
 func TestCancelQueuedRun(t *testing.T) {
 	h := newHarness(t, harnessConfig{executor: blockUntil(nil), maxConcurrent: 1})
-	// One slot only in the harness? The harness keeps at least 8, so fill them.
-	var blockers []runJSON
-	for range 8 {
-		blockers = append(blockers, h.createRun(productPageRequest))
-	}
-	queued := h.createRun(productPageRequest)
+	running := h.createRun(productPageRequest)
+	queued := h.createRun(productPageRequest) // waits for the only slot
 	var canceled runJSON
 	h.do("POST", "/v1/runs/"+queued.ID+"/cancel", "").decode(t, &canceled)
-	if canceled.Status != store.Canceled || canceled.StartedAt != nil {
-		t.Fatalf("queued run after cancel: %s started %v", canceled.Status, canceled.StartedAt)
+	if canceled.Status != store.Canceled || canceled.StartedAt != nil || canceled.Cost.Released != 40000 {
+		t.Fatalf("queued run after cancel: %s started %v cost %+v", canceled.Status, canceled.StartedAt, canceled.Cost)
 	}
-	for _, b := range blockers {
-		h.do("POST", "/v1/runs/"+b.ID+"/cancel", "")
-	}
-	if a := h.balance(); a.Held != 0 {
+	h.do("POST", "/v1/runs/"+running.ID+"/cancel", "")
+	if a := h.balance(); a.Held != 0 || a.Charged != 0 {
 		t.Fatalf("holds left: %+v", a)
 	}
 }

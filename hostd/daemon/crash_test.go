@@ -140,6 +140,14 @@ func TestSIGKILLMidRunSettlesAtRestart(t *testing.T) {
 	}
 
 	second := startDaemon(t, bin, stateDir, reconciled)
+	// A third daemon on the same state directory must refuse to start
+	// rather than "recover" the second one's runs.
+	thirdCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(thirdCtx, bin, "-state-dir", stateDir, "-reconciled", reconciled).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "another daemon is serving") {
+		t.Fatalf("second daemon on one state dir: %v %s", err, out)
+	}
 	var after runView
 	second.call(t, "GET", "/v1/runs/"+run.ID, key, "", &after)
 	if after.Status != "failed" || after.Error == nil || after.Error.Code != "daemon_restarted" {

@@ -11,8 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeralhq/ephemeral/hostd/api"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
@@ -55,6 +58,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	unlock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := store.Open(ctx, DBPath(cfg.StateDir))
 	if err != nil {
 		return err
@@ -116,4 +124,26 @@ func Run(ctx context.Context, cfg Config) error {
 	stopRuns()
 	<-runsDone
 	return result
+}
+
+// lockStateDir makes sure only one daemon serves a state directory: a
+// second one would "recover" the first one's live runs. The kernel drops
+// the lock when the process dies, so a SIGKILLed daemon never blocks its
+// successor.
+func lockStateDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("daemon: create state dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: open lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("daemon: another daemon is serving %s", dir)
+		}
+		return nil, fmt.Errorf("daemon: lock %s: %w", dir, os.NewSyscallError("flock", err))
+	}
+	return func() { f.Close() }, nil
 }
