@@ -218,3 +218,16 @@ func TestLaunchedFor(t *testing.T) {
 		})
 	}
 }
+
+func TestRandomCIDRange(t *testing.T) {
+	for range 1000 {
+		cid, err := randomCID()
+		if err != nil {
+			t.Fatalf("randomCID: %v", err)
+		}
+		// 0-2 are the hypervisor, local and host; 2^32-1 is "any".
+		if cid < 3 || cid >= 1<<31 {
+			t.Fatalf("randomCID = %d, outside [3, 2^31)", cid)
+		}
+	}
+}

@@ -90,6 +90,9 @@ const (
 // Start implements vmm.Driver. ctx bounds the start only; once Start has
 // returned, the machine runs until Close or until the guest powers off.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("qemu: start: %w", err)
+	}
 	facts, err := d.host()
 	if err != nil {
 		return nil, err
