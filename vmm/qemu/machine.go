@@ -34,7 +34,7 @@ type machine struct {
 	done    chan struct{}
 	exitErr error
 
-	// mu orders Close's kill against wait's reaping: while exited is false
+	// mu orders Close's kill against run's reaping: while exited is false
 	// the QEMU process (at worst a zombie) still holds its pid, so its
 	// process group id cannot have been reused by a stranger.
 	mu     sync.Mutex
