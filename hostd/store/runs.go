@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
@@ -452,9 +451,4 @@ func (s *Store) Totals(ctx context.Context) (Totals, error) {
 		return t, fmt.Errorf("store: sum accounts: %w", err)
 	}
 	return t, nil
-}
-
-// IsUniqueViolation reports whether err is SQLite refusing a duplicate key.
-func IsUniqueViolation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
