@@ -65,7 +65,7 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 }
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	dbPath string
 	store  *store.Store
@@ -83,7 +83,7 @@ type harnessConfig struct {
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
 // one organisation, one member key and a credited balance.
-func newHarness(t *testing.T, cfg harnessConfig) *harness {
+func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
 	if cfg.executor == nil {
 		cfg.executor = scriptedExecutor(productPageRun)
@@ -154,14 +154,14 @@ type response struct {
 	body   []byte
 }
 
-func (r response) decode(t *testing.T, v any) {
+func (r response) decode(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode %s: %v", r.body, err)
 	}
 }
 
-func (r response) apiError(t *testing.T) apiError {
+func (r response) apiError(t testing.TB) apiError {
 	t.Helper()
 	var body struct{ Error apiError }
 	r.decode(t, &body)
