@@ -177,6 +177,10 @@ func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, orgID string)
 		s.internalError(w, r, err)
 		return
 	}
+	// Old WAL frames still hold the purged content until a checkpoint.
+	if err := s.store.Checkpoint(r.Context()); err != nil {
+		s.log.Warn("checkpoint after purge", "run", run.ID, "err", err)
+	}
 	writeJSON(w, http.StatusOK, s.runJSON(run))
 }
 
