@@ -140,6 +140,12 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 		}
 	}()
 
+	owner, err := lockOwner(id)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func() error { return unlockOwner(owner) })
+
 	if err := prepareRunDir(); err != nil {
 		return nil, err
 	}

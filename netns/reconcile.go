@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
-// Reconcile removes the namespace of every sandbox that live reports as not
-// running, and returns their ids. It is meant for daemon start-up, after
+// Reconcile removes the namespace of every sandbox whose owner process is
+// gone (see ownerDir) and that live does not report as running, and
+// returns their ids. It is meant for daemon start-up, after
 // leftover VMM processes are killed: a namespace goes away once its bind
 // mount is removed and no process holds its tap. Tap and table live inside
 // the namespace and go with it. Entries in /run/netns that do not carry
@@ -36,7 +38,17 @@ func Reconcile(ctx context.Context, live func(id string) bool) ([]string, error)
 			errs = append(errs, err)
 			break
 		}
-		if err := removeNamed(filepath.Join(runDir, e.Name())); err != nil {
+		owner, err := lockOwner(id)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			continue // a live process owns it
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		err = removeNamed(filepath.Join(runDir, e.Name()))
+		errs = append(errs, unlockOwner(owner))
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
