@@ -137,4 +137,49 @@ func TestReconcileAfterSIGKILL(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Errorf("second reconcile: swept %v, err %v", again, err)
 	}
+	if _, err := os.Stat("/run/netns/eph-" + filepath.Base(before[0])); !os.IsNotExist(err) {
+		t.Errorf("the killed sandbox's network namespace survived reconciliation: %v", err)
+	}
+}
+
+// With web off, curl in the sandbox cannot even resolve a name, and the
+// sandbox's network namespace is gone when the command returns.
+func TestCLINoNetwork(t *testing.T) {
+	state := cliState(t)
+	r := runCLI(t, state, "sandbox", "exec", "--", "curl", "-sS", "-m", "5", "https://example.com")
+	if r.code == 0 || !strings.Contains(r.stderr, "Could not resolve host: example.com") {
+		t.Errorf("curl: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if orphans := orphanNamespaces(t); len(orphans) > 0 {
+		t.Errorf("network namespaces without a live owner: %v", orphans)
+	}
+}
+
+// orphanNamespaces lists our network namespaces whose owner process is
+// gone: those whose ownership lock (see netns) nobody holds. Namespaces of
+// sandboxes that other tests run right now are not orphans.
+func orphanNamespaces(t *testing.T) []string {
+	t.Helper()
+	var orphans []string
+	paths, _ := filepath.Glob("/run/netns/eph-*")
+	for _, p := range paths {
+		id := strings.TrimPrefix(filepath.Base(p), "eph-")
+		if strings.HasPrefix(id, "test-") {
+			continue // the netns package's own tests
+		}
+		lockPath := "/run/ephemeral/netns/" + id + ".lock"
+		f, err := os.OpenFile(lockPath, os.O_RDWR, 0)
+		if err != nil {
+			orphans = append(orphans, id) // a namespace without its lock file
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			// Free lock: an orphan, unless its owner removed it meanwhile.
+			if _, err := os.Stat(p); err == nil {
+				orphans = append(orphans, id)
+			}
+		}
+		f.Close()
+	}
+	return orphans
 }

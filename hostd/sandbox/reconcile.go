@@ -8,13 +8,16 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/ephemeralhq/ephemeral/netns"
+	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu"
 )
 
-// Reconcile removes what dead processes left behind in the state directory:
+// Reconcile removes what dead processes left behind: in the state directory,
 // for every sandbox directory whose lock nobody holds (its owner died, for
 // example by SIGKILL), it kills the VMM if it still runs and removes the
-// directory. Sandboxes of live processes, this one included, are untouched.
+// directory; then every network namespace of ours whose owner is gone.
+// Sandboxes of live processes, this one included, are untouched.
 // Running it twice is harmless. It returns the ids it swept.
 func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
 	all, err := m.lockAll(syscall.LOCK_EX)
@@ -57,7 +60,20 @@ func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
 		}
 		lock.Close()
 	}
+	// Namespaces go after the VMMs holding their taps. Those of live
+	// sandboxes, in this or any other process, are protected by their
+	// owners' locks; namespaces with ids a Manager never makes are not ours
+	// to judge.
+	namespaces, err := netns.Reconcile(ctx, func(id string) bool { return !isID(id) })
+	for _, id := range namespaces {
+		m.logf("sandbox: reconciled leftover network namespace of %s", id)
+	}
+	errs = append(errs, err)
 	return swept, errors.Join(errs...)
 }
 
-func killLeftoverVMM(vmDir string) error { return qemu.KillLeftover(vmDir) }
+// killLeftoverVMM kills whichever VMM a dead process left for vmDir; each
+// driver recognises only its own.
+func killLeftoverVMM(vmDir string) error {
+	return errors.Join(qemu.KillLeftover(vmDir), cloudhypervisor.KillLeftover(vmDir))
+}

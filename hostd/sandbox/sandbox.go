@@ -15,11 +15,13 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
@@ -29,6 +31,9 @@ type Options struct {
 	// VCPUs defaults to 1, MemoryMiB to 512.
 	VCPUs     int
 	MemoryMiB int
+	// Network is the sandbox's firewall; the zero value is netns.Sealed:
+	// nothing leaves the VM.
+	Network netns.Config
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -44,6 +49,9 @@ func (o *Options) withDefaults() (Options, error) {
 		return out, fmt.Errorf("sandbox: vcpus %d out of range 1..16", out.VCPUs)
 	case out.MemoryMiB < 128 || out.MemoryMiB > 16384:
 		return out, fmt.Errorf("sandbox: memory %d MiB out of range 128..16384", out.MemoryMiB)
+	}
+	if err := out.Network.Validate(); err != nil {
+		return out, fmt.Errorf("sandbox: %w", err)
 	}
 	return out, nil
 }
@@ -137,9 +145,13 @@ type Sandbox struct {
 	id      string
 	dir     string
 	lock    *os.File
+	network *netns.Network
 	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
+	// env is added to every exec's environment: the proxy variables in
+	// broker mode.
+	env     []string
 	timings BootTimings
 	m       *Manager
 
@@ -181,6 +193,12 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 	}
 	undo.push(func() { m.unregister(id) })
 
+	network, err := netns.Create(ctx, id, opts.Network)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: network: %w", err)
+	}
+	undo.push(func() { network.Close() })
+
 	vmDir := filepath.Join(dir, "vm")
 	if err := os.Mkdir(vmDir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
@@ -193,6 +211,8 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
 		Dir:       vmDir,
+		Tap:       network.Tap(),
+		MAC:       network.MAC(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", m.driver.Name(), err)
@@ -204,12 +224,17 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 		return nil, fmt.Errorf("sandbox: connect to guest: %w\nguest console:\n%s", err, machine.Console())
 	}
 	undo.push(func() { client.Close() })
+	if err := client.ConfigureNetwork(ctx, network.GuestConfig()); err != nil {
+		return nil, fmt.Errorf("sandbox: configure guest network: %w", err)
+	}
 
 	vt := machine.Timings()
 	sb := &Sandbox{
 		id:      id,
 		dir:     dir,
 		lock:    lock,
+		network: network,
+		env:     proxyEnv(opts.Network),
 		machine: machine,
 		client:  client,
 		hello:   hello,
@@ -264,11 +289,27 @@ func vmmExited(machine vmm.Machine, err error) error {
 	}
 }
 
+// proxyEnv points the guest's HTTP clients at the broker, the only thing
+// the firewall lets them reach in broker mode.
+func proxyEnv(cfg netns.Config) []string {
+	if cfg.Mode != netns.Broker {
+		return nil
+	}
+	proxy := fmt.Sprintf("http://%s:%d", netns.GatewayAddr, cfg.BrokerPort)
+	return []string{
+		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
+		"http_proxy=" + proxy, "https_proxy=" + proxy,
+	}
+}
+
 // ID identifies the sandbox in its state directory and network namespace.
 func (s *Sandbox) ID() string { return s.id }
 
 // Hello is what the guest init reported when it came up.
 func (s *Sandbox) Hello() vsockproto.Hello { return s.hello }
+
+// Network is the sandbox's namespace: its broker listener and drop counters.
+func (s *Sandbox) Network() *netns.Network { return s.network }
 
 // Timings are the sandbox's boot phases.
 func (s *Sandbox) Timings() BootTimings { return s.timings }
@@ -285,6 +326,7 @@ func (s *Sandbox) Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	req.Env = append(slices.Clone(s.env), req.Env...)
 	st, err := s.client.Exec(ctx, req, stdin, stdout, stderr)
 	if err != nil {
 		return st, s.explain(fmt.Errorf("sandbox: exec: %w", err))
@@ -305,6 +347,7 @@ func (s *Sandbox) Start(ctx context.Context, req vsockproto.ExecRequest, stdout,
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	req.Env = append(slices.Clone(s.env), req.Env...)
 	p, err := s.client.Start(ctx, req, stdout, stderr)
 	if err != nil {
 		return nil, s.explain(fmt.Errorf("sandbox: exec: %w", err))
@@ -350,6 +393,9 @@ func (s *Sandbox) Destroy() error {
 		s.client.Close()
 		if err := s.machine.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close VM: %w", err))
+		}
+		if err := s.network.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", s.dir, err))
@@ -397,12 +443,21 @@ func (m *Manager) unregister(id string) {
 	delete(m.live, id)
 }
 
+// idBytes is the random part of a sandbox id; ids are its hex encoding.
+const idBytes = 6
+
 func newID() (string, error) {
-	var b [6]byte
+	var b [idBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("sandbox: id: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// isID reports whether id has the shape newID gives.
+func isID(id string) bool {
+	b, err := hex.DecodeString(id)
+	return err == nil && len(b) == idBytes && id == hex.EncodeToString(b)
 }
 
 // makeOwnedDir creates dir with its ownership lock held. The lock marks the
