@@ -48,6 +48,13 @@ func (r *Recorder) Event(category, message string, data map[string]any) error {
 // and only the numbers and flags in data are kept; otherwise the entry is
 // purged with the run's content when its retention ends.
 func (r *Recorder) ContentEvent(category, message string, data map[string]any) error {
+	return r.ContentEventAt(time.Now(), category, message, data)
+}
+
+// ContentEventAt is ContentEvent for something that started at, earlier:
+// a command's entry carries its result but is placed at its start, so the
+// parallel commands of one model turn share their t.
+func (r *Recorder) ContentEventAt(at time.Time, category, message string, data map[string]any) error {
 	if r.zeroRetention {
 		message = Withheld
 		kept := map[string]any{}
@@ -59,11 +66,13 @@ func (r *Recorder) ContentEvent(category, message string, data map[string]any) e
 		}
 		data = kept
 	}
-	return r.append(store.Event{Category: category, Message: message, Data: mustJSON(data), Content: true})
+	return r.appendAt(at, store.Event{Category: category, Message: message, Data: mustJSON(data), Content: true})
 }
 
-func (r *Recorder) append(e store.Event) error {
-	e.T = time.Since(r.queuedAt)
+func (r *Recorder) append(e store.Event) error { return r.appendAt(time.Now(), e) }
+
+func (r *Recorder) appendAt(at time.Time, e store.Event) error {
+	e.T = at.Sub(r.queuedAt)
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
 	if _, err := r.svc.store.AppendEvent(ctx, r.runID, e); err != nil {

@@ -347,7 +347,9 @@ func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, er
 func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st store.Status, code, category, message string) {
 	cause := context.Cause(ctx)
 	switch {
-	case rec.meter.Exceeded():
+	// An Executor may also stop before a charge hits the limit, when what
+	// is left cannot pay for anything useful.
+	case rec.meter.Exceeded() || errors.Is(execErr, ledger.ErrBudgetExceeded):
 		return store.BudgetExceeded, "budget_exceeded", timeline.BudgetExceeded, timeline.LimitReached(spec.MaxCostMicros)
 	case errors.Is(cause, errCanceled):
 		return store.Canceled, "canceled", timeline.Canceled, "canceled by request"
