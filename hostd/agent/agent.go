@@ -1,0 +1,203 @@
+// Package agent is the runs.Executor that makes a run real: it boots the
+// run's microVM, lets the requested model drive the tools the run was
+// granted (the shell, inside the VM), meters every model call and every
+// VM-second against the budget, and always destroys the VM.
+//
+// Everything the model returns is hostile: malformed or oversized tool
+// arguments, unknown tools and tools the run was not granted are answered
+// to the model as tool errors, never executed and never a crash.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// VM is what the agent needs of a run's microVM (a *sandbox.Sandbox).
+type VM interface {
+	Hello() vsockproto.Hello
+	Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error)
+	WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error
+	Destroy() error
+}
+
+// BootFunc creates the microVM for one run.
+type BootFunc func(ctx context.Context, spec runs.Spec) (VM, error)
+
+// SandboxBoot boots runs' VMs with m. Web is never granted a route yet (the
+// broker comes later), so every sandbox gets the manager's sealed default.
+func SandboxBoot(m *sandbox.Manager) BootFunc {
+	return func(ctx context.Context, spec runs.Spec) (VM, error) {
+		sb, err := m.Create(ctx, sandbox.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
+}
+
+// Models resolves a run's model name to its provider and price (a
+// *registry.Registry).
+type Models interface {
+	Lookup(name string) (registry.Model, error)
+}
+
+// Config configures the Executor.
+type Config struct {
+	Boot   BootFunc
+	Models Models
+	// RecordingDir receives each run's model exchanges as
+	// <run id>.json (see RecordingPath), except under zero data
+	// retention; empty keeps no recordings.
+	RecordingDir string
+	// ReplayOf, when set, names the recording whose model turns this
+	// executor replays; the timeline says so.
+	ReplayOf string
+
+	// MaxTurns bounds the model calls of one run (default 20).
+	MaxTurns int
+	// CommandTimeout is the longest one shell command may run (default
+	// 60 s); the model may ask for less.
+	CommandTimeout time.Duration
+	// OutputBytes is how much of each of a command's stdout and stderr
+	// the model sees, head and tail kept (default 16 KiB).
+	OutputBytes int
+	// MaxAnswerTokens bounds max_tokens when the budget allows more
+	// (default 4096).
+	MaxAnswerTokens int
+}
+
+// Executor drives runs. It is safe for concurrent use: each Execute has its
+// own VM and conversation.
+type Executor struct {
+	cfg Config
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxTurns        = 20
+	DefaultCommandTimeout  = 60 * time.Second
+	DefaultOutputBytes     = 16 << 10
+	DefaultMaxAnswerTokens = 4096
+)
+
+// New checks cfg and returns an Executor.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Boot == nil || cfg.Models == nil {
+		return nil, errors.New("agent: Config needs Boot and Models")
+	}
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = DefaultMaxTurns
+	}
+	if cfg.CommandTimeout <= 0 {
+		cfg.CommandTimeout = DefaultCommandTimeout
+	}
+	if cfg.OutputBytes <= 0 {
+		cfg.OutputBytes = DefaultOutputBytes
+	}
+	if cfg.MaxAnswerTokens <= 0 {
+		cfg.MaxAnswerTokens = DefaultMaxAnswerTokens
+	}
+	return &Executor{cfg: cfg}, nil
+}
+
+// Execute runs spec to its end: boot, files, the model loop, destroy.
+func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (_ runs.Result, err error) {
+	m, err := e.cfg.Models.Lookup(spec.Model)
+	if err != nil {
+		return runs.Result{}, fmt.Errorf("agent: %w", err)
+	}
+	provider := m.Provider
+	if e.keepsRecording(spec) {
+		log := &recording.Log{}
+		provider = recording.Wrap(provider, log)
+		defer func() {
+			if saveErr := saveRecording(e.cfg.RecordingDir, spec.RunID, log.Exchanges()); saveErr != nil {
+				err = errors.Join(err, saveErr)
+			}
+		}()
+	}
+
+	bootStart := time.Now()
+	vm, err := e.cfg.Boot(ctx, spec)
+	if err != nil {
+		return runs.Result{}, fmt.Errorf("agent: boot microVM: %w", err)
+	}
+	ready := time.Now()
+	rec.BootDuration(ready.Sub(bootStart))
+	compute := startComputeMeter(rec, ready)
+	defer func() {
+		destroyErr := vm.Destroy()
+		vmTime := compute.stop()
+		eventErr := rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, map[string]any{"vm_ms": vmTime.Milliseconds()})
+		if destroyErr != nil {
+			err = errors.Join(err, fmt.Errorf("agent: destroy microVM: %w", destroyErr))
+		}
+		err = errors.Join(err, eventErr)
+	}()
+	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, map[string]any{"boot_ms": ready.Sub(bootStart).Milliseconds()}); err != nil {
+		return runs.Result{}, err
+	}
+	if err := writeFiles(ctx, vm, spec.Files); err != nil {
+		return runs.Result{}, err
+	}
+	if err := rec.Event(timeline.MicroVM, timeline.WorkerStarted(spec.Shell, spec.Web), map[string]any{
+		"user": "worker", "shell": spec.Shell, "web": spec.Web, "files": len(spec.Files),
+	}); err != nil {
+		return runs.Result{}, err
+	}
+	if e.cfg.ReplayOf != "" {
+		if err := rec.Event(timeline.Model, "replay: model answers come from a recording, commands run live in this microVM",
+			map[string]any{"replay": true}); err != nil {
+			return runs.Result{}, err
+		}
+	}
+
+	loop := &conversation{cfg: &e.cfg, spec: spec, rec: rec, vm: vm, model: m, provider: provider}
+	answer, err := loop.run(ctx)
+	if err != nil {
+		return runs.Result{}, err
+	}
+	return runs.Result{Output: answer}, nil
+}
+
+func (e *Executor) keepsRecording(spec runs.Spec) bool {
+	return e.cfg.RecordingDir != "" && !spec.ZeroDataRetention
+}
+
+// writeFiles puts the run's inline files into the scratch directory, owned
+// by the worker, before the worker starts. Paths were checked by the API to
+// be clean and relative; they are checked again because a path that
+// escapes the scratch dir would be written by the root init.
+func writeFiles(ctx context.Context, vm VM, files []runs.File) error {
+	for _, f := range files {
+		if err := checkScratchPath(f.Path); err != nil {
+			return fmt.Errorf("agent: file %q: %w", f.Path, err)
+		}
+		if dir := parentDir(f.Path); dir != "" {
+			stderr := vsockproto.NewCappedBuffer(4096)
+			st, err := vm.Exec(ctx, vsockproto.ExecRequest{Argv: []string{"mkdir", "-p", "--", dir}, Timeout: 30 * time.Second}, nil, nil, stderr)
+			if err != nil {
+				return fmt.Errorf("agent: create directory for %q: %w", f.Path, err)
+			}
+			if st.Code != 0 {
+				return fmt.Errorf("agent: create directory for %q: mkdir exited %d: %s", f.Path, st.Code, stderr.Bytes())
+			}
+		}
+		if err := vm.WriteFile(ctx, vsockproto.FileRequest{Path: f.Path}, strings.NewReader(f.Content)); err != nil {
+			return fmt.Errorf("agent: write file %q: %w", f.Path, err)
+		}
+	}
+	return nil
+}

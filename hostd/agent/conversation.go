@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+)
+
+// ErrMaxTurns ends a run whose model kept calling tools past Config.MaxTurns.
+var ErrMaxTurns = errors.New("agent: the model did not give a final answer within its turns")
+
+// minAnswerTokens is the smallest answer worth paying for: below it the run
+// stops as out of budget instead of buying a truncated reply.
+const minAnswerTokens = 64
+
+// bytesPerTokenEstimate sizes a request before sending it. Real tokenizers
+// average about four bytes per token on English and code; three
+// overestimates the input so max_tokens errs toward staying in budget.
+const bytesPerTokenEstimate = 3
+
+// conversation is one run's exchange with its model.
+type conversation struct {
+	cfg      *Config
+	spec     runs.Spec
+	rec      *runs.Recorder
+	vm       VM
+	model    registry.Model
+	provider model.Provider
+	messages []model.Message
+}
+
+// run calls the model until it answers without tool calls and returns
+// that answer.
+func (c *conversation) run(ctx context.Context) (string, error) {
+	c.messages = []model.Message{{Role: model.RoleUser, Text: c.spec.Prompt}}
+	tools := toolsFor(c.spec)
+	// The last allowed turn offers no tools, so a well-behaved model has
+	// to answer; one that calls tools anyway gets errors and one more
+	// chance.
+	for turn := 1; turn <= c.cfg.MaxTurns+1; turn++ {
+		final := turn >= c.cfg.MaxTurns
+		offered := tools
+		if final {
+			offered = nil
+		}
+		resp, err := c.call(ctx, offered, final)
+		if err != nil {
+			return "", err
+		}
+		if len(resp.ToolCalls) == 0 {
+			return resp.Text, nil
+		}
+		model.NormalizeToolCalls(resp.ToolCalls)
+		c.messages = append(c.messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
+		var results []model.ToolResult
+		if final {
+			results = refuseAll(resp.ToolCalls, "no turns are left for tools: answer now with what you have, without calling a tool")
+		} else {
+			results = c.runTools(ctx, resp.ToolCalls)
+		}
+		c.messages = append(c.messages, model.Message{Role: model.RoleTool, ToolResults: results})
+		if ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+	}
+	return "", fmt.Errorf("%w (%d)", ErrMaxTurns, c.cfg.MaxTurns)
+}
+
+// call makes one model call the remaining budget can pay for and charges it.
+func (c *conversation) call(ctx context.Context, tools []model.Tool, final bool) (model.Response, error) {
+	req := model.Request{
+		Model:    c.model.Name,
+		System:   systemPrompt(c.spec, c.vm.Hello().ScratchDir, c.rec.Remaining(), timeLeft(ctx), c.cfg, final),
+		Messages: c.messages,
+		Tools:    tools,
+	}
+	inputEstimate := estimateTokens(req)
+	maxTokens := c.model.Price.AffordableOutputTokens(c.rec.Remaining(), inputEstimate)
+	if maxTokens < minAnswerTokens {
+		return model.Response{}, fmt.Errorf("agent: %d micros left cannot pay for a model call of about %d input tokens: %w",
+			c.rec.Remaining(), inputEstimate, ledger.ErrBudgetExceeded)
+	}
+	req.MaxTokens = int(min(maxTokens, int64(c.cfg.MaxAnswerTokens)))
+	req.BeforeRetry = func(ctx context.Context, r model.Retry) error {
+		if left := timeLeft(ctx); left <= r.Wait {
+			return fmt.Errorf("agent: retry in %v would outlast the run's %v left", r.Wait, left)
+		}
+		if c.model.Price.AffordableOutputTokens(c.rec.Remaining(), inputEstimate) < minAnswerTokens {
+			return fmt.Errorf("agent: the budget left cannot pay for a retry: %w", ledger.ErrBudgetExceeded)
+		}
+		return nil
+	}
+	resp, err := c.provider.Complete(ctx, req)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return model.Response{}, fmt.Errorf("agent: model call: %w (%w)", err, cause)
+		}
+		return model.Response{}, fmt.Errorf("agent: model call: %w", err)
+	}
+	usage := model.Usage{
+		InputTokens:       model.ClampTokens(resp.Usage.InputTokens),
+		CachedInputTokens: model.ClampTokens(resp.Usage.CachedInputTokens),
+		OutputTokens:      model.ClampTokens(resp.Usage.OutputTokens),
+	}
+	if err := c.rec.Charge(ledger.Usage{
+		ModelCalls: 1, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
+		ModelMicros: c.model.Price.Cost(usage),
+	}); err != nil {
+		return model.Response{}, fmt.Errorf("agent: charge model call: %w", err)
+	}
+	return resp, nil
+}
+
+// estimateTokens sizes what the request will cost in input tokens.
+func estimateTokens(req model.Request) int64 {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))/bytesPerTokenEstimate + 1
+}
+
+// timeLeft is how long the run may still go on.
+func timeLeft(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Until(deadline)
+}
+
+func refuseAll(calls []model.ToolCall, why string) []model.ToolResult {
+	results := make([]model.ToolResult, len(calls))
+	for i, call := range calls {
+		results[i] = model.ToolResult{CallID: call.ID, Content: why, IsError: true}
+	}
+	return results
+}

@@ -1,0 +1,222 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/httpcall"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// testModel is priced like the product page's model.
+const testModel = "openai/gpt-6-luna"
+
+var testPrice = model.Price{InputMicrosPerMTok: 50_000, OutputMicrosPerMTok: 400_000}
+
+// fakeVM stands in for a microVM: commands are answered by a script
+// function, so these tests exercise the agent, not the guest (tests/ boots
+// real VMs).
+type fakeVM struct {
+	answer func(ctx context.Context, command string) (stdout, stderr string, code int, err error)
+
+	mu        sync.Mutex
+	commands  []string
+	files     map[string]string
+	destroyed int
+}
+
+func (v *fakeVM) Hello() vsockproto.Hello {
+	return vsockproto.Hello{ScratchDir: "/tmp/ephemeral-run-Fake01/scratch"}
+}
+
+func (v *fakeVM) Exec(ctx context.Context, req vsockproto.ExecRequest, _ io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error) {
+	command := req.Shell
+	if command == "" {
+		command = strings.Join(req.Argv, " ")
+	}
+	v.mu.Lock()
+	v.commands = append(v.commands, command)
+	v.mu.Unlock()
+	out, errOut, code, err := "", "", 0, error(nil)
+	if v.answer != nil {
+		out, errOut, code, err = v.answer(ctx, command)
+	}
+	if err != nil {
+		return vsockproto.ExitStatus{}, err
+	}
+	for _, w := range []struct {
+		to   io.Writer
+		text string
+	}{{stdout, out}, {stderr, errOut}} {
+		if w.to != nil {
+			io.WriteString(w.to, w.text)
+		}
+	}
+	return vsockproto.ExitStatus{Code: code, Duration: time.Millisecond}, nil
+}
+
+func (v *fakeVM) WriteFile(_ context.Context, req vsockproto.FileRequest, r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.files == nil {
+		v.files = map[string]string{}
+	}
+	v.files[req.Path] = string(b)
+	return nil
+}
+
+func (v *fakeVM) Destroy() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.destroyed++
+	return nil
+}
+
+// env is a runs service on a real database, with the agent driving a fake
+// VM and a scripted model server over HTTP.
+type env struct {
+	t         *testing.T
+	store     *store.Store
+	svc       *runs.Service
+	orgID     string
+	provider  *fakeprovider.Server
+	vm        *fakeVM
+	recordDir string
+}
+
+func newEnv(t *testing.T, vm *fakeVM, script ...fakeprovider.Turn) *env {
+	return newEnvConfig(t, Config{}, vm, script...)
+}
+
+// newEnvConfig is newEnv with the agent's limits from cfg.
+func newEnvConfig(t *testing.T, cfg Config, vm *fakeVM, script ...fakeprovider.Turn) *env {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dir, "ephemeral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	org, err := st.CreateOrg(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Credit(ctx, org.ID, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	fake := fakeprovider.New(script...)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	reg, err := registry.New(registry.Config{
+		OpenAI: registry.ProviderConfig{BaseURL: srv.URL + "/v1"},
+		Models: []registry.ModelConfig{{Name: testModel, Provider: registry.ProviderOpenAI, Price: &testPrice}},
+		HTTP:   httpcall.Client{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: st, orgID: org.ID, provider: fake, vm: vm, recordDir: filepath.Join(dir, "recordings")}
+	cfg.Boot = func(context.Context, runs.Spec) (VM, error) { return vm, nil }
+	cfg.Models = reg
+	cfg.RecordingDir = e.recordDir
+	exec, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = runs.New(st, timeline.NewHub(), runs.Config{Executor: exec, Rates: ledger.DefaultRates})
+	srvCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); e.svc.Serve(srvCtx, time.Hour) }()
+	t.Cleanup(func() { stop(); <-done })
+	return e
+}
+
+// spec is the product page's permissions with the given prompt.
+func pageSpec(prompt string) runs.Spec {
+	return runs.Spec{Prompt: prompt, Model: testModel, Shell: true, Timeout: 120 * time.Second, MaxCostMicros: 40_000}
+}
+
+// run submits spec and waits until the run has ended.
+func (e *env) run(spec runs.Spec) (store.Run, []store.Event) {
+	e.t.Helper()
+	ctx := context.Background()
+	spec.OrgID = e.orgID
+	canonical, _ := json.Marshal(spec)
+	r, _, err := e.svc.Submit(ctx, runs.Submission{Spec: spec, Canonical: canonical})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !r.Status.Terminal() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %s still %s after a minute", r.ID, r.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r, err = e.store.GetRun(ctx, e.orgID, r.ID); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	events, err := e.store.Events(ctx, r.ID, 0, 1000)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r, events
+}
+
+// eventData decodes an event's data.
+func eventData(t *testing.T, ev store.Event) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if len(ev.Data) > 0 {
+		if err := json.Unmarshal(ev.Data, &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+func messages(events []store.Event) []string {
+	var out []string
+	for _, ev := range events {
+		out = append(out, ev.Category+": "+ev.Message)
+	}
+	return out
+}
+
+func shellCall(id, command string) fakeprovider.ToolCall {
+	args, _ := json.Marshal(map[string]string{"command": command})
+	return fakeprovider.ToolCall{ID: id, Name: ShellTool, Arguments: string(args)}
+}
+
+// checkMoney asserts the ledger invariants a user can see on the run.
+func checkMoney(t *testing.T, r store.Run) {
+	t.Helper()
+	if r.Reserved != r.Charged+r.Released {
+		t.Errorf("reserved %d != charged %d + released %d", r.Reserved, r.Charged, r.Released)
+	}
+	if r.Cost.Total() != r.Charged {
+		t.Errorf("cost parts %+v add up to %d, charged %d", r.Cost, r.Cost.Total(), r.Charged)
+	}
+	if r.Charged > r.Reserved {
+		t.Errorf("charged %d over the limit %d", r.Charged, r.Reserved)
+	}
+}

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
+)
+
+// ShellTool is the name of the tool that runs a command in the VM.
+const ShellTool = "shell"
+
+// Limits on what one model turn may ask for.
+const (
+	// maxArgumentBytes bounds one tool call's arguments; a longer command
+	// is refused rather than sent to the guest.
+	maxArgumentBytes = 64 << 10
+	// maxCallsPerTurn bounds how many tool calls of one turn are run;
+	// the rest are answered with an error.
+	maxCallsPerTurn = 16
+	// maxCommandInMessage bounds the command text shown as the timeline
+	// message; the event data keeps the whole command.
+	maxCommandInMessage = 1000
+)
+
+var shellSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"command":{"type":"string","description":"The command line, run with bash -c as user worker in the scratch directory."},` +
+	`"timeout_seconds":{"type":"integer","minimum":1,"description":"Kill the command after this many seconds (capped by the run's limit)."}},` +
+	`"required":["command"],"additionalProperties":false}`)
+
+// toolsFor offers exactly the tools the run was granted.
+func toolsFor(spec runs.Spec) []model.Tool {
+	var tools []model.Tool
+	if spec.Shell {
+		tools = append(tools, model.Tool{
+			Name: ShellTool,
+			Description: "Run a bash command inside this run's microVM and get its exit code, stdout and stderr. " +
+				"Several calls in one turn run in parallel.",
+			InputSchema: shellSchema,
+		})
+	}
+	return tools
+}
+
+// shellArgs are the shell tool's arguments.
+type shellArgs struct {
+	Command        string `json:"command"`
+	TimeoutSeconds int64  `json:"timeout_seconds,omitempty"`
+}
+
+// parseShellArgs checks a shell call's arguments; the error is meant for
+// the model.
+func parseShellArgs(raw string, maxTimeout time.Duration) (string, time.Duration, error) {
+	if len(raw) > maxArgumentBytes {
+		return "", 0, fmt.Errorf("arguments are %d bytes, more than the limit of %d", len(raw), maxArgumentBytes)
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var args shellArgs
+	if err := dec.Decode(&args); err != nil {
+		return "", 0, fmt.Errorf("arguments do not match the shell tool's schema: %v", err)
+	}
+	if dec.More() {
+		return "", 0, fmt.Errorf("arguments have data after the JSON object")
+	}
+	switch {
+	case strings.TrimSpace(args.Command) == "":
+		return "", 0, fmt.Errorf("command is empty")
+	case strings.ContainsRune(args.Command, 0):
+		return "", 0, fmt.Errorf("command contains a NUL byte")
+	case !utf8.ValidString(args.Command):
+		return "", 0, fmt.Errorf("command is not valid UTF-8")
+	case args.TimeoutSeconds < 0:
+		return "", 0, fmt.Errorf("timeout_seconds must be positive")
+	}
+	timeout := maxTimeout
+	if args.TimeoutSeconds > 0 && args.TimeoutSeconds < int64(maxTimeout/time.Second) {
+		timeout = time.Duration(args.TimeoutSeconds) * time.Second
+	}
+	return args.Command, timeout, nil
+}
+
+// commandRun is one shell command of a turn and how it ended.
+type commandRun struct {
+	command string
+	timeout time.Duration
+
+	status   vsockproto.ExitStatus
+	err      error
+	stdout   *vsockproto.CappedBuffer
+	stderr   *vsockproto.CappedBuffer
+	duration time.Duration
+}
+
+// runTools answers every tool call of one turn. Shell commands run
+// concurrently; the turn's timeline entries are written when all are done,
+// in the order the model asked, each at the turn's start time.
+func (c *conversation) runTools(ctx context.Context, calls []model.ToolCall) []model.ToolResult {
+	started := time.Now()
+	results := make([]model.ToolResult, len(calls))
+	commands := make([]*commandRun, len(calls))
+	for i, call := range calls {
+		results[i].CallID = call.ID
+		command, timeout, refusal := c.checkCall(ctx, call, i)
+		if refusal != "" {
+			results[i].Content, results[i].IsError = refusal, true
+			continue
+		}
+		commands[i] = &commandRun{command: command, timeout: timeout,
+			stdout: vsockproto.NewCappedBuffer(c.cfg.OutputBytes), stderr: vsockproto.NewCappedBuffer(c.cfg.OutputBytes)}
+	}
+
+	var wg sync.WaitGroup
+	for _, cmd := range commands {
+		if cmd != nil {
+			wg.Go(func() { cmd.run(ctx, c.vm) })
+		}
+	}
+	wg.Wait()
+
+	var ran int64
+	for i, cmd := range commands {
+		if cmd == nil {
+			continue
+		}
+		ran++
+		results[i].Content, results[i].IsError = cmd.forModel()
+		// A failed event write must not lose the results the model is
+		// owed; the run's own end records the store's trouble.
+		_ = c.rec.ContentEventAt(started, timeline.Shell, timeline.Command(clip(cmd.command, maxCommandInMessage)), cmd.eventData())
+	}
+	if ran > 0 {
+		_ = c.rec.Charge(ledger.Usage{ShellCommands: ran})
+	}
+	return results
+}
+
+// checkCall decides whether call may run and returns the command, or the
+// refusal to send back.
+func (c *conversation) checkCall(ctx context.Context, call model.ToolCall, index int) (string, time.Duration, string) {
+	switch {
+	case index >= maxCallsPerTurn:
+		return "", 0, fmt.Sprintf("refused: at most %d tool calls are run per turn", maxCallsPerTurn)
+	case call.ArgumentsError != "":
+		return "", 0, "refused: " + call.ArgumentsError
+	case call.Name != ShellTool:
+		return "", 0, fmt.Sprintf("refused: unknown tool %q; %s", clip(call.Name, 100), offeredTools(c.spec))
+	case !c.spec.Shell:
+		return "", 0, "refused: this run was not granted the shell"
+	}
+	maxTimeout := min(c.cfg.CommandTimeout, timeLeft(ctx))
+	command, timeout, err := parseShellArgs(call.Arguments, max(maxTimeout, time.Second))
+	if err != nil {
+		return "", 0, "refused: " + err.Error()
+	}
+	return command, timeout, ""
+}
+
+func offeredTools(spec runs.Spec) string {
+	var names []string
+	for _, t := range toolsFor(spec) {
+		names = append(names, t.Name)
+	}
+	if len(names) == 0 {
+		return "this run offers no tools"
+	}
+	return "this run offers: " + strings.Join(names, ", ")
+}
+
+func (r *commandRun) run(ctx context.Context, vm VM) {
+	began := time.Now()
+	r.status, r.err = vm.Exec(ctx, vsockproto.ExecRequest{Shell: r.command, Timeout: r.timeout}, nil, r.stdout, r.stderr)
+	r.duration = time.Since(began)
+	if r.err == nil && r.status.Duration > 0 {
+		r.duration = r.status.Duration
+	}
+}
+
+// forModel renders the command's outcome as the tool result.
+func (r *commandRun) forModel() (string, bool) {
+	if r.err != nil {
+		return fmt.Sprintf("the command could not run to its end: %v", r.err), true
+	}
+	var b strings.Builder
+	switch {
+	case r.status.TimedOut:
+		fmt.Fprintf(&b, "killed: the command ran past its timeout of %v\n", r.timeout)
+	case r.status.Signal != 0:
+		fmt.Fprintf(&b, "killed by signal %d\n", r.status.Signal)
+	default:
+		fmt.Fprintf(&b, "exit code: %d\n", r.status.Code)
+	}
+	writeStream(&b, "stdout", r.stdout)
+	writeStream(&b, "stderr", r.stderr)
+	return b.String(), false
+}
+
+func writeStream(b *strings.Builder, name string, buf *vsockproto.CappedBuffer) {
+	out := buf.Bytes()
+	if len(out) == 0 {
+		fmt.Fprintf(b, "%s: (empty)\n", name)
+		return
+	}
+	fmt.Fprintf(b, "%s:\n%s", name, bytes.ToValidUTF8(out, []byte("\uFFFD")))
+	if !bytes.HasSuffix(out, []byte("\n")) {
+		b.WriteByte('\n')
+	}
+}
+
+// eventData is the command's timeline data. Strings are user content: the
+// Recorder drops them under zero data retention.
+func (r *commandRun) eventData() map[string]any {
+	data := map[string]any{
+		"command":          r.command,
+		"exit_code":        r.status.Code,
+		"timed_out":        r.status.TimedOut,
+		"duration_ms":      r.duration.Milliseconds(),
+		"stdout":           string(bytes.ToValidUTF8(r.stdout.Bytes(), []byte("\uFFFD"))),
+		"stderr":           string(bytes.ToValidUTF8(r.stderr.Bytes(), []byte("\uFFFD"))),
+		"output_truncated": r.stdout.Truncated() || r.stderr.Truncated(),
+	}
+	if r.status.Signal != 0 {
+		data["signal"] = r.status.Signal
+	}
+	if r.err != nil {
+		data["error"] = r.err.Error()
+		data["exit_code"] = -1
+	}
+	return data
+}
+
+// clip shortens s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
