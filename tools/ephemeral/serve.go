@@ -43,6 +43,11 @@ func serve(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	rt, err := newRunner(c.String(stateDirFlag.Name), nil, nil, "")
+	if err != nil {
+		return err
+	}
+	defer rt.manager.Shutdown()
 	return daemon.Run(ctx, daemon.Config{
 		Listen:          c.String("listen"),
 		StateDir:        c.String(stateDirFlag.Name),
@@ -57,9 +62,10 @@ func serve(c *cli.Context) error {
 			WebMicrosPerRequest:      c.Int64("web-micros-per-request"),
 		},
 		ShutdownTimeout: c.Duration("shutdown-timeout"),
-		// The agent (issue 5) provides the Executor; until then runs fail
-		// with a clear "not wired" error.
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Executor:        rt.executor,
+		Reconcile:       rt.reconcile,
+		ValidateModel:   rt.validateModel,
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 }
 
