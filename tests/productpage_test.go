@@ -324,3 +324,39 @@ func TestProductPageRunEndToEnd(t *testing.T) {
 		t.Errorf("recording of the run: %v", err)
 	}
 }
+
+// The README's main command: the shipped recording of the product page's
+// run, replayed with no API key, its commands executed in a real microVM.
+func TestReplayProductPage(t *testing.T) {
+	state := cliState(t)
+	r := runCLI(t, state, "run", "--replay", "../examples/product-page.json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	lines := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^ +0\.00 +Queued +Budget \$0\.04 reserved$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +MicroVM +microVM ready$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +MicroVM +worker started · shell on · web off$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Model +replay: `),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ pwd; whoami\n +│ /tmp/ephemeral-run-[A-Za-z0-9]{6}/scratch\n +│ worker$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ command -v curl .*\n(.*\n)* +│ curl: \(6\) Could not resolve host: example\.com$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ printf '%s\\n' '#!/usr/bin/env python3'.*\n +│ 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ printf 'sandbox proof\\n' > /tmp/proof\.txt .*\n +│ -rw-r--r-- 1 worker worker 14 .* /tmp/proof\.txt$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +MicroVM +microVM destroyed$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Successful +3 model calls, 5,214 tokens$`),
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Worker destroyed +\$0\.[0-9]+ charged, \$0\.[0-9]+ released$`),
+		regexp.MustCompile(`(?m)^The network call did not succeed\.$`),
+		regexp.MustCompile(`(?m)^model \$0\.00033 · web \$0\.00 · compute \$0\.[0-9]+$`),
+	}
+	rest := r.stdout
+	for _, re := range lines {
+		loc := re.FindStringIndex(rest)
+		if loc == nil {
+			t.Fatalf("output lacks, in order, %s:\n%s", re, r.stdout)
+		}
+		rest = rest[loc[1]:]
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "recordings")); len(entries) != 0 {
+		t.Errorf("a replay was recorded again: %v", entries)
+	}
+}

@@ -18,9 +18,9 @@ func systemPrompt(spec runs.Spec, scratchDir string, remainingMicros int64, left
 		"It is destroyed when the run ends, with everything written in it.\n\n")
 	if spec.Shell {
 		fmt.Fprintf(&b, "- Shell: on. The shell tool runs `bash -c <command>` as the unprivileged user worker "+
-			"in the scratch directory %s, inside the VM only. Each command may run at most %v; "+
+			"in the scratch directory %s, inside the VM only. Each command may run at most %d s; "+
 			"the first and last %d bytes of its stdout and stderr are shown to you, with the cut marked.\n",
-			scratchDir, cfg.CommandTimeout.Round(time.Second), cfg.OutputBytes)
+			scratchDir, int64(cfg.CommandTimeout/time.Second), cfg.OutputBytes)
 	} else {
 		b.WriteString("- Shell: off. You have no tools in this run: answer from what you know.\n")
 	}

@@ -18,21 +18,30 @@ type runner struct {
 	manager  *sandbox.Manager
 	models   *registry.Registry
 	executor *agent.Executor
+	replayOf string
 }
 
 // recordingsDir holds the model exchanges of runs, one file per run.
 func recordingsDir(stateDir string) string { return filepath.Join(stateDir, "recordings") }
 
-// newRuntime reads the model providers from the environment (see
+// runnerOptions adapt the runner to `ephemeral run --replay`.
+type runnerOptions struct {
+	providers    map[string]model.Provider // beside the built-in ones
+	models       []registry.ModelConfig    // added to the configured ones
+	replayOf     string                    // the recording being replayed
+	noRecordings bool
+}
+
+// newRunner reads the model providers from the environment (see
 // hostd/model/registry) plus any extra providers and models (the replay
 // provider), and boots sandboxes from the state directory's image.
-func newRunner(stateDir string, extra map[string]model.Provider, extraModels []registry.ModelConfig, replayOf string) (*runner, error) {
+func newRunner(stateDir string, opts runnerOptions) (*runner, error) {
 	cfg, err := registry.ConfigFromEnv(os.Getenv, os.ReadFile)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Providers = extra
-	cfg.Models = append(cfg.Models, extraModels...)
+	cfg.Providers = opts.providers
+	cfg.Models = append(cfg.Models, opts.models...)
 	models, err := registry.New(cfg)
 	if err != nil {
 		return nil, err
@@ -41,14 +50,18 @@ func newRunner(stateDir string, extra map[string]model.Provider, extraModels []r
 	if err != nil {
 		return nil, fmt.Errorf("runs need the guest image (ephemeral image build): %w", err)
 	}
+	recordDir := recordingsDir(stateDir)
+	if opts.noRecordings {
+		recordDir = ""
+	}
 	executor, err := agent.New(agent.Config{
 		Boot: agent.SandboxBoot(manager), Models: models,
-		RecordingDir: recordingsDir(stateDir), ReplayOf: replayOf,
+		RecordingDir: recordDir, ReplayOf: opts.replayOf,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &runner{manager: manager, models: models, executor: executor}, nil
+	return &runner{manager: manager, models: models, executor: executor, replayOf: opts.replayOf}, nil
 }
 
 // validateModel is the API's check that a run's model can be served and

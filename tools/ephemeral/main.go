@@ -32,6 +32,7 @@ func main() {
 			benchCommand(),
 			imageCommand,
 			serveCommand, adminCommand,
+			runCommand,
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

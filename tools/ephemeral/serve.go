@@ -43,7 +43,7 @@ func serve(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rt, err := newRunner(c.String(stateDirFlag.Name), nil, nil, "")
+	rt, err := newRunner(c.String(stateDirFlag.Name), runnerOptions{})
 	if err != nil {
 		return err
 	}
