@@ -205,6 +205,7 @@ type apiRun struct {
 		Web      int64 `json:"web_micros"`
 		Compute  int64 `json:"compute_micros"`
 	} `json:"cost"`
+	events []apiEvent
 }
 
 type apiEvent struct {
