@@ -29,6 +29,8 @@ type VM interface {
 	Hello() vsockproto.Hello
 	Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error)
 	WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error
+	// Done is closed when the VM has stopped, for whatever reason.
+	Done() <-chan struct{}
 	Destroy() error
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -320,4 +321,22 @@ func TestInlineFilesWrittenBeforeTheWorker(t *testing.T) {
 	if !strings.Contains(e.provider.Requests()[0].System, "data/in.csv, notes.txt") {
 		t.Errorf("system prompt does not list the files")
 	}
+}
+
+// A VM that dies under the run fails it at once instead of letting the
+// model talk to a dead machine until its turns run out.
+func TestVMDyingFailsTheRun(t *testing.T) {
+	vm := &fakeVM{stopped: make(chan struct{})}
+	vm.answer = func(context.Context, string) (string, string, int, error) {
+		close(vm.stopped)
+		return "", "", 0, errors.New("connection reset (the VM is gone)")
+	}
+	e := newEnv(t, vm,
+		fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{shellCall("c1", "kill -9 1")}},
+		fakeprovider.Turn{Text: "never asked"})
+	r, _ := e.run(pageSpec("crash"))
+	if r.Status != store.Failed || !strings.Contains(r.ErrorMessage, "stopped unexpectedly") || e.provider.Remaining() != 1 {
+		t.Errorf("status %s: %s; %d turns unused", r.Status, r.ErrorMessage, e.provider.Remaining())
+	}
+	checkMoney(t, r)
 }

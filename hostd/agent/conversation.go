@@ -13,6 +13,10 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
+// ErrVMStopped ends a run whose microVM stopped before the run was done
+// (the guest crashed or was killed): its tools cannot work any more.
+var ErrVMStopped = errors.New("agent: the microVM stopped unexpectedly")
+
 // ErrMaxTurns ends a run whose model kept calling tools past Config.MaxTurns.
 var ErrMaxTurns = errors.New("agent: the model did not give a final answer within its turns")
 
@@ -68,6 +72,11 @@ func (c *conversation) run(ctx context.Context) (string, error) {
 		c.messages = append(c.messages, model.Message{Role: model.RoleTool, ToolResults: results})
 		if ctx.Err() != nil {
 			return "", context.Cause(ctx)
+		}
+		select {
+		case <-c.vm.Done():
+			return "", ErrVMStopped
+		default:
 		}
 	}
 	return "", fmt.Errorf("%w (%d)", ErrMaxTurns, c.cfg.MaxTurns)

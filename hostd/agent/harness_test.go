@@ -33,6 +33,8 @@ var testPrice = model.Price{InputMicrosPerMTok: 50_000, OutputMicrosPerMTok: 400
 type fakeVM struct {
 	answer func(ctx context.Context, command string) (stdout, stderr string, code int, err error)
 
+	stopped chan struct{} // closed to play a VM that died
+
 	mu        sync.Mutex
 	commands  []string
 	files     map[string]string
@@ -67,6 +69,15 @@ func (v *fakeVM) Exec(ctx context.Context, req vsockproto.ExecRequest, _ io.Read
 		}
 	}
 	return vsockproto.ExitStatus{Code: code, Duration: time.Millisecond}, nil
+}
+
+func (v *fakeVM) Done() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.stopped == nil {
+		v.stopped = make(chan struct{})
+	}
+	return v.stopped
 }
 
 func (v *fakeVM) WriteFile(_ context.Context, req vsockproto.FileRequest, r io.Reader) error {
