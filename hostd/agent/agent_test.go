@@ -340,3 +340,23 @@ func TestVMDyingFailsTheRun(t *testing.T) {
 	}
 	checkMoney(t, r)
 }
+
+// The same run over Anthropic's wire format: parallel tool use blocks,
+// tool_result blocks back, usage billed.
+func TestProductPageRunOverAnthropic(t *testing.T) {
+	e := newEnv(t, pageVM(), pageScript()...)
+	spec := pageSpec("This is a sandbox test.")
+	spec.Model = testAnthropicModel
+	r, _ := e.run(spec)
+	if r.Status != store.Succeeded || r.Cost.Model != 330 || r.Usage.ShellCommands != 4 {
+		t.Fatalf("status %s (%s), usage %+v, cost %+v", r.Status, r.ErrorMessage, r.Usage, r.Cost)
+	}
+	reqs := e.provider.Requests()
+	if len(reqs) != 3 || reqs[0].API != fakeprovider.Anthropic || reqs[0].MaxTokens <= 0 {
+		t.Fatalf("requests: %d", len(reqs))
+	}
+	if res := reqs[1].ToolResults; len(res) != 2 || !strings.Contains(res[1].Content, "Could not resolve host") {
+		t.Errorf("tool results: %+v", res)
+	}
+	checkMoney(t, r)
+}

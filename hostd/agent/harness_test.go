@@ -25,6 +25,9 @@ import (
 // testModel is priced like the product page's model.
 const testModel = "openai/gpt-6-luna"
 
+// testAnthropicModel is served over the Anthropic Messages wire format.
+const testAnthropicModel = "claude-test"
+
 var testPrice = model.Price{InputMicrosPerMTok: 50_000, OutputMicrosPerMTok: 400_000}
 
 // fakeVM stands in for a microVM: commands are answered by a script
@@ -138,9 +141,13 @@ func newEnvConfig(t *testing.T, cfg Config, vm *fakeVM, script ...fakeprovider.T
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	reg, err := registry.New(registry.Config{
-		OpenAI: registry.ProviderConfig{BaseURL: srv.URL + "/v1"},
-		Models: []registry.ModelConfig{{Name: testModel, Provider: registry.ProviderOpenAI, Price: &testPrice}},
-		HTTP:   httpcall.Client{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+		OpenAI:    registry.ProviderConfig{BaseURL: srv.URL + "/v1"},
+		Anthropic: registry.ProviderConfig{BaseURL: srv.URL},
+		Models: []registry.ModelConfig{
+			{Name: testModel, Provider: registry.ProviderOpenAI, Price: &testPrice},
+			{Name: testAnthropicModel, Provider: registry.ProviderAnthropic, Price: &testPrice},
+		},
+		HTTP: httpcall.Client{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
