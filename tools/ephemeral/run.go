@@ -169,7 +169,11 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, computeRate i
 	if err != nil {
 		return store.Run{}, err
 	}
-	fmt.Fprintf(out, "%s  model %s%s\n\n", run.ID, spec.Model, map[bool]string{true: " (replay)"}[rt.replaying()])
+	mode := "live"
+	if rt.replaying() {
+		mode = "replayed from " + rt.replayOf
+	}
+	fmt.Fprintf(out, "%s  model %s, %s\n\n", run.ID, spec.Model, mode)
 	var seq int64
 	for {
 		changed := hub.Changed(run.ID)
