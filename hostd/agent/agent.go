@@ -142,11 +142,13 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	defer func() {
 		destroyErr := vm.Destroy()
 		vmTime := compute.stop()
-		eventErr := rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, map[string]any{"vm_ms": vmTime.Milliseconds()})
 		if destroyErr != nil {
+			// Never claim a teardown that did not happen; the sandbox
+			// manager's reconciliation removes what is left.
 			err = errors.Join(err, fmt.Errorf("agent: destroy microVM: %w", destroyErr))
+			return
 		}
-		err = errors.Join(err, eventErr)
+		err = errors.Join(err, rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, map[string]any{"vm_ms": vmTime.Milliseconds()}))
 	}()
 	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, map[string]any{"boot_ms": ready.Sub(bootStart).Milliseconds()}); err != nil {
 		return runs.Result{}, err
