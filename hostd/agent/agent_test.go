@@ -360,3 +360,16 @@ func TestProductPageRunOverAnthropic(t *testing.T) {
 	}
 	checkMoney(t, r)
 }
+
+// BenchmarkPageRunOverhead measures what the agent, the runs service, SQLite
+// and the model's HTTP round trips add to a run, with the VM faked: the
+// product page's three turns and four commands per iteration.
+func BenchmarkPageRunOverhead(b *testing.B) {
+	e := newEnv(b, pageVM())
+	for b.Loop() {
+		e.provider.Append(pageScript()...)
+		if r, _ := e.run(pageSpec("bench")); r.Status != store.Succeeded {
+			b.Fatalf("status %s: %s", r.Status, r.ErrorMessage)
+		}
+	}
+}

@@ -107,8 +107,9 @@ func (v *fakeVM) Destroy() error {
 // env is a runs service on a real database, with the agent driving a fake
 // VM and a scripted model server over HTTP.
 type env struct {
-	t         *testing.T
+	t         testing.TB
 	store     *store.Store
+	hub       *timeline.Hub
 	svc       *runs.Service
 	orgID     string
 	provider  *fakeprovider.Server
@@ -116,12 +117,12 @@ type env struct {
 	recordDir string
 }
 
-func newEnv(t *testing.T, vm *fakeVM, script ...fakeprovider.Turn) *env {
+func newEnv(t testing.TB, vm *fakeVM, script ...fakeprovider.Turn) *env {
 	return newEnvConfig(t, Config{}, vm, script...)
 }
 
 // newEnvConfig is newEnv with the agent's limits from cfg.
-func newEnvConfig(t *testing.T, cfg Config, vm *fakeVM, script ...fakeprovider.Turn) *env {
+func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.Turn) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -160,7 +161,8 @@ func newEnvConfig(t *testing.T, cfg Config, vm *fakeVM, script ...fakeprovider.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc = runs.New(st, timeline.NewHub(), runs.Config{Executor: exec, Rates: ledger.DefaultRates})
+	e.hub = timeline.NewHub()
+	e.svc = runs.New(st, e.hub, runs.Config{Executor: exec, Rates: ledger.DefaultRates})
 	srvCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); e.svc.Serve(srvCtx, time.Hour) }()
@@ -183,14 +185,19 @@ func (e *env) run(spec runs.Spec) (store.Run, []store.Event) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for !r.Status.Terminal() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("run %s still %s after a minute", r.ID, r.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
+	giveUp := time.After(time.Minute)
+	for {
+		changed := e.hub.Changed(r.ID)
 		if r, err = e.store.GetRun(ctx, e.orgID, r.ID); err != nil {
 			e.t.Fatal(err)
+		}
+		if r.Status.Terminal() {
+			break
+		}
+		select {
+		case <-changed:
+		case <-giveUp:
+			e.t.Fatalf("run %s still %s after a minute", r.ID, r.Status)
 		}
 	}
 	events, err := e.store.Events(ctx, r.ID, 0, 1000)
