@@ -373,3 +373,16 @@ func BenchmarkPageRunOverhead(b *testing.B) {
 		}
 	}
 }
+
+// A retry the run's time cannot cover is refused at once: the run ends
+// with the provider's error instead of sleeping into its timeout.
+func TestRetryThatOutlastsTheRunIsRefused(t *testing.T) {
+	e := newEnv(t, pageVM(),
+		fakeprovider.Turn{Status: 429, RetryAfter: "3600"},
+		fakeprovider.Turn{Text: "too late"})
+	r, _ := e.run(pageSpec("hi"))
+	if r.Status != store.Failed || !strings.Contains(r.ErrorMessage, "429") || e.provider.Remaining() != 1 {
+		t.Errorf("status %s: %s; %d turns unused", r.Status, r.ErrorMessage, e.provider.Remaining())
+	}
+	checkMoney(t, r)
+}
