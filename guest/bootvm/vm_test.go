@@ -27,6 +27,7 @@ type vm struct {
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
 	console *syncBuffer
+	sock    string
 	// stop kills QEMU and waits for it; it is idempotent.
 	stop func()
 }
@@ -67,6 +68,10 @@ func qemuArgs(img *image.Image, sock string) []string {
 		"-drive", "id=root,file=" + img.RootDisk + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=root",
 		"-device", "virtio-rng-device",
+		// A NIC for ConfigureNetwork; restrict=on keeps the guest from
+		// reaching anything through it.
+		"-netdev", "user,id=net0,restrict=on",
+		"-device", "virtio-net-device,netdev=net0",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=guest,path=" + sock + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
@@ -110,14 +115,14 @@ func boot(t testing.TB) *vm {
 	t.Helper()
 	img, err := image.Load(stateDir())
 	if errors.Is(err, image.ErrNoImage) {
-		t.Skipf("no guest image in %s: build it with `make build && sudo bin/ephemeral image build` (or set EPHEMERAL_STATE_DIR)", stateDir())
+		skip(t, "no guest image in %s: build it with `make build && sudo bin/ephemeral image build` (or set EPHEMERAL_STATE_DIR)", stateDir())
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 not found: install it with `apt-get install qemu-system-x86`")
+		skip(t, "qemu-system-x86_64 not found: install it with `apt-get install qemu-system-x86`")
 	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "guest.sock")
@@ -130,7 +135,11 @@ func boot(t testing.TB) *vm {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
+	var client *vsockproto.Client
 	stop := sync.OnceFunc(func() {
+		if client != nil {
+			client.Close()
+		}
 		cmd.Process.Kill()
 		<-exited
 	})
@@ -147,12 +156,23 @@ func boot(t testing.TB) *vm {
 	if err != nil {
 		t.Fatalf("connect to guest: %v\nconsole:\n%s", err, console.String())
 	}
-	client := vsockproto.NewClient(conn)
+	client = vsockproto.NewClient(conn)
 	hello, err := client.Hello(ctx)
 	if err != nil {
 		t.Fatalf("hello: %v\nconsole:\n%s", err, console.String())
 	}
-	return &vm{client: client, hello: hello, console: console, stop: func() { client.Close(); stop() }}
+	return &vm{client: client, hello: hello, console: console, sock: sock, stop: stop}
+}
+
+// skip skips a test whose prerequisite is missing, unless the environment
+// promises everything is installed (EPHEMERAL_REQUIRE_VM=1, as `make test`
+// sets): then a missing prerequisite is a failure.
+func skip(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
 }
 
 // dialRetry connects to QEMU's chardev socket once QEMU has created it.
@@ -312,6 +332,65 @@ func TestGuest(t *testing.T) {
 		r := v.run(t, vsockproto.ExecRequest{Shell: "echo x > /etc/proof && cat /etc/proof && findmnt -no FSTYPE /", User: "root"})
 		if r.stdout != "x\noverlay\n" {
 			t.Errorf("got %q (stderr %q)", r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("network configuration", func(t *testing.T) {
+		err := v.client.ConfigureNetwork(context.Background(), vsockproto.NetConfig{
+			Interface: "eth0", Address: "10.0.2.15/24", Gateway: "10.0.2.2", MTU: 1400,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := v.shell(t, "ip -4 -o addr show dev eth0 | awk '{print $4}'; ip route show default | cut -d' ' -f1-3; cat /sys/class/net/eth0/mtu")
+		if want := "10.0.2.15/24\ndefault via 10.0.2.2\n1400\n"; r.stdout != want {
+			t.Errorf("guest network = %q, want %q (stderr %q)", r.stdout, want, r.stderr)
+		}
+		if err := v.client.ConfigureNetwork(context.Background(), vsockproto.NetConfig{Interface: "eth9", Address: "10.0.0.2/24"}); err == nil {
+			t.Error("configuring a missing interface succeeded")
+		}
+	})
+
+	t.Run("worker can ping loopback", func(t *testing.T) {
+		r := v.shell(t, "ping -c1 -W5 127.0.0.1 >/dev/null && ping -6 -c1 -W5 ::1 >/dev/null && echo ok")
+		if r.stdout != "ok\n" {
+			t.Errorf("ping as worker: exit %d stderr %q", r.status.Code, r.stderr)
+		}
+	})
+
+	// Last: it replaces the connection the other scenarios use.
+	defer t.Run("host reconnects", func(t *testing.T) {
+		// virtio-serial has no connection handshake: a host that
+		// reconnects before the guest saw the hang-up would find the
+		// guest still on the old session, its hello long sent. So the
+		// test waits for the init's console line about the hang-up.
+		const ended = "serial connection ended"
+		before := strings.Count(v.console.String(), ended)
+		v.client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		defer cancel()
+		for strings.Count(v.console.String(), ended) == before {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the guest never noticed the host hanging up")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		conn, err := dialRetry(ctx, v.sock, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.client = vsockproto.NewClient(conn)
+		t.Cleanup(func() { v.client.Close() })
+		hello, err := v.client.Hello(ctx)
+		if err != nil {
+			t.Fatalf("hello after reconnect: %v", err)
+		}
+		if hello.ScratchDir != v.hello.ScratchDir {
+			t.Errorf("scratch dir changed across connections: %q, then %q", v.hello.ScratchDir, hello.ScratchDir)
+		}
+		if r := v.shell(t, "echo again"); r.stdout != "again\n" {
+			t.Errorf("exec after reconnect: %q", r.stdout)
 		}
 	})
 

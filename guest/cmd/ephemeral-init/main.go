@@ -197,9 +197,7 @@ func serveSerial(ctx context.Context, hello vsockproto.Hello, svc *service.Servi
 		}
 		err = vsockproto.Serve(ctx, vsockproto.FileConn(port), hello, svc)
 		port.Close()
-		if err != nil {
-			logf("serial connection: %v", err)
-		}
+		logf("serial connection ended (%v); reopening", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
