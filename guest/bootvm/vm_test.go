@@ -28,6 +28,8 @@ type vm struct {
 	hello   vsockproto.Hello
 	console *syncBuffer
 	sock    string
+	// exited is closed when QEMU has exited.
+	exited <-chan struct{}
 	// stop kills QEMU and waits for it; it is idempotent.
 	stop func()
 }
@@ -161,7 +163,7 @@ func boot(t testing.TB) *vm {
 	if err != nil {
 		t.Fatalf("hello: %v\nconsole:\n%s", err, console.String())
 	}
-	return &vm{client: client, hello: hello, console: console, sock: sock, stop: stop}
+	return &vm{client: client, hello: hello, console: console, sock: sock, exited: exited, stop: stop}
 }
 
 // skip skips a test whose prerequisite is missing, unless the environment
@@ -234,6 +236,7 @@ func BenchmarkBoot(b *testing.B) {
 // cost seconds, so the scenarios share a guest where they can.
 func TestGuest(t *testing.T) {
 	v := boot(t)
+	outer := t
 	t.Logf("hello: %+v", v.hello)
 
 	t.Run("hello", func(t *testing.T) {
@@ -358,7 +361,19 @@ func TestGuest(t *testing.T) {
 		}
 	})
 
-	// Last: it replaces the connection the other scenarios use.
+	// Deferred scenarios run last, in reverse: reconnect, then shut down.
+	defer t.Run("shutdown powers the VM off", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		defer cancel()
+		if err := v.client.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-v.exited:
+		case <-ctx.Done():
+			t.Fatal("QEMU still runs after the guest acknowledged shutdown")
+		}
+	})
 	defer t.Run("host reconnects", func(t *testing.T) {
 		// virtio-serial has no connection handshake: a host that
 		// reconnects before the guest saw the hang-up would find the
@@ -381,7 +396,8 @@ func TestGuest(t *testing.T) {
 			t.Fatal(err)
 		}
 		v.client = vsockproto.NewClient(conn)
-		t.Cleanup(func() { v.client.Close() })
+		// Closed when the whole test ends: the shutdown scenario uses it.
+		outer.Cleanup(func() { v.client.Close() })
 		hello, err := v.client.Hello(ctx)
 		if err != nil {
 			t.Fatalf("hello after reconnect: %v", err)
