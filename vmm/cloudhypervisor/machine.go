@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"io/fs"
 	"net"
 	"os"
@@ -23,11 +24,9 @@ import (
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
-// Bounds on what is kept of the VMM's output.
-const (
-	consoleTailSize = 64 << 10 // the guest serial port: a panic with its backtrace
-	vmmLogTailSize  = 16 << 10 // the VMM's own log on stderr
-)
+// vmmLogTailSize bounds what is kept of the VMM's own log on stderr; the
+// guest serial port gets vmproc.ConsoleTailSize.
+const vmmLogTailSize = 16 << 10
 
 // Retry pacing of DialGuest while the guest init is not yet listening.
 const (
@@ -42,8 +41,8 @@ type machine struct {
 	apiSock   string
 	vsockSock string
 	pidFile   string
-	console   *tailBuffer
-	vmmLog    *tailBuffer
+	console   *vmproc.TailBuffer
+	vmmLog    *vmproc.TailBuffer
 	timings   vmm.Timings
 
 	// done is closed once the process has been reaped; waitErr is its
@@ -71,8 +70,8 @@ func launch(binary, dir string) (*machine, error) {
 		apiSock:   filepath.Join(dir, apiSocketName),
 		vsockSock: filepath.Join(dir, vsockSocketName),
 		pidFile:   filepath.Join(dir, pidFileName),
-		console:   newTailBuffer(consoleTailSize),
-		vmmLog:    newTailBuffer(vmmLogTailSize),
+		console:   vmproc.NewTailBuffer(vmproc.ConsoleTailSize),
+		vmmLog:    vmproc.NewTailBuffer(vmmLogTailSize),
 		done:      make(chan struct{}),
 	}
 	m.api = chapi.NewClient(m.apiSock)
@@ -232,7 +231,7 @@ func (m *machine) explain(err error) error {
 		}
 		fmt.Fprintf(&detail, "; the VMM ended: %s", status)
 	}
-	if log := printableTail(m.vmmLog.String()); log != "" {
+	if log := vmproc.PrintableTail(m.vmmLog.String()); log != "" {
 		fmt.Fprintf(&detail, "; VMM log:\n%s", log)
 	}
 	if detail.Len() == 0 {

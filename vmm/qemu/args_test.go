@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"net"
 	"os"
 	"slices"
@@ -212,7 +213,7 @@ func TestLaunchedFor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := launchedFor(tt.cmdline, pidFile); got != tt.want {
+			if got := launchedFor(vmproc.Argv(tt.cmdline), pidFile); got != tt.want {
 				t.Fatalf("launchedFor(%q) = %v, want %v", tt.cmdline, got, tt.want)
 			}
 		})

@@ -11,6 +11,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"net"
 	"os"
 	"os/exec"
@@ -102,7 +103,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	}
 	m := &machine{
 		dir:     cfg.Dir,
-		console: newTailBuffer(consoleTailSize),
+		console: vmproc.NewTailBuffer(vmproc.ConsoleTailSize),
 		done:    make(chan struct{}),
 	}
 	var undo undoStack
@@ -249,7 +250,7 @@ func (m *machine) startError(ctx context.Context, err error) error {
 		return m.exitError()
 	case <-time.After(time.Second):
 		// A live QEMU that broke QMP: say so, with what it printed.
-		return fmt.Errorf("qemu: start: %w; console:\n%s", err, printableTail(m.console.String()))
+		return fmt.Errorf("qemu: start: %w; console:\n%s", err, vmproc.PrintableTail(m.console.String()))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"io/fs"
 	"net"
 	"os"
@@ -26,7 +27,7 @@ type machine struct {
 	dir      string
 	cmd      *exec.Cmd
 	vsockCID uint32 // 0: the guest channel is virtio-serial
-	console  *tailBuffer
+	console  *vmproc.TailBuffer
 	timings  vmm.Timings
 
 	// done is closed by run once QEMU has exited and been reaped; exitErr
@@ -128,7 +129,7 @@ func (m *machine) removeFiles() error {
 
 // exitError describes QEMU's exit; call it only after done is closed.
 func (m *machine) exitError() error {
-	return fmt.Errorf("qemu exited (%v); console:\n%s", m.exitErr, printableTail(m.console.String()))
+	return fmt.Errorf("qemu exited (%v); console:\n%s", m.exitErr, vmproc.PrintableTail(m.console.String()))
 }
 
 // DialGuest implements vmm.Machine. Over virtio-serial the connection is

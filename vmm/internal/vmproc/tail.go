@@ -1,4 +1,4 @@
-package qemu
+package vmproc
 
 import (
 	"strings"
@@ -7,24 +7,24 @@ import (
 	"unicode/utf8"
 )
 
-// consoleTailSize bounds what is kept of the guest console and QEMU's
-// stderr: enough for a kernel panic with its backtrace.
-const consoleTailSize = 64 << 10
+// ConsoleTailSize bounds what is kept of the guest console and the VMM's
+// own output: enough for a kernel panic with its backtrace.
+const ConsoleTailSize = 64 << 10
 
-// tailBuffer keeps the last bytes written to it in a fixed ring, so a
+// TailBuffer keeps the last bytes written to it in a fixed ring, so a
 // guest that prints without end costs no more memory than the ring.
-type tailBuffer struct {
+type TailBuffer struct {
 	mu   sync.Mutex
 	ring []byte
 	next int  // where the next byte goes
 	full bool // the ring has wrapped at least once
 }
 
-func newTailBuffer(size int) *tailBuffer {
-	return &tailBuffer{ring: make([]byte, size)}
+func NewTailBuffer(size int) *TailBuffer {
+	return &TailBuffer{ring: make([]byte, size)}
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(p)
@@ -44,7 +44,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 // String returns the kept bytes, oldest first.
-func (t *tailBuffer) String() string {
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.full {
@@ -53,15 +53,15 @@ func (t *tailBuffer) String() string {
 	return string(t.ring[t.next:]) + string(t.ring[:t.next])
 }
 
-// errorTailSize is how much console an error message quotes.
-const errorTailSize = 2 << 10
+// ErrorTailSize is how much console an error message quotes.
+const ErrorTailSize = 2 << 10
 
-// printableTail returns the end of console text for an error message,
+// PrintableTail returns the end of console text for an error message,
 // with control characters (terminal escapes the guest may print) replaced
 // so the message cannot rewrite a log line or terminal.
-func printableTail(console string) string {
-	if len(console) > errorTailSize {
-		console = console[len(console)-errorTailSize:]
+func PrintableTail(console string) string {
+	if len(console) > ErrorTailSize {
+		console = console[len(console)-ErrorTailSize:]
 		// Do not start in the middle of a UTF-8 sequence.
 		for len(console) > 0 && !utf8.RuneStart(console[0]) {
 			console = console[1:]

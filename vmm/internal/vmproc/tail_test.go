@@ -1,4 +1,4 @@
-package qemu
+package vmproc
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tb := newTailBuffer(tt.size)
+			tb := NewTailBuffer(tt.size)
 			for _, w := range tt.writes {
 				n, err := tb.Write([]byte(w))
 				if n != len(w) || err != nil {
@@ -42,14 +42,21 @@ func TestPrintableTail(t *testing.T) {
 		{"kernel panic kept", "[ 0.8] Kernel panic - not syncing\n", "[ 0.8] Kernel panic - not syncing"},
 		{"terminal escapes neutralised", "ok\x1b[2J\x1b]0;owned\x07\r\n", "ok?[2J?]0;owned?"},
 		{"invalid utf-8 replaced", "a\xffb", "a?b"},
-		{"long console cut to the end", strings.Repeat("x", errorTailSize) + "END", strings.Repeat("x", errorTailSize-3) + "END"},
-		{"cut does not split a rune", "ü" + strings.Repeat("y", errorTailSize-1), strings.Repeat("y", errorTailSize-1)},
+		{"long console cut to the end", strings.Repeat("x", ErrorTailSize) + "END", strings.Repeat("x", ErrorTailSize-3) + "END"},
+		{"cut does not split a rune", "ü" + strings.Repeat("y", ErrorTailSize-1), strings.Repeat("y", ErrorTailSize-1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := printableTail(tt.console); got != tt.want {
-				t.Fatalf("printableTail(%.40q) = %.60q, want %.60q", tt.console, got, tt.want)
+			if got := PrintableTail(tt.console); got != tt.want {
+				t.Fatalf("PrintableTail(%.40q) = %.60q, want %.60q", tt.console, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestPrintableTailKeepsLongUTF8Whole(t *testing.T) {
+	long := strings.Repeat("é", ErrorTailSize) // 2 bytes each
+	if got := PrintableTail(long); len(got) > ErrorTailSize || strings.ContainsRune(got, '?') {
+		t.Errorf("PrintableTail of long UTF-8 text: %d bytes, split rune replaced: %v", len(got), strings.ContainsRune(got, '?'))
 	}
 }
