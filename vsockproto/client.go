@@ -23,6 +23,8 @@ type Client struct {
 	helloReady chan struct{} // closed once hello is set
 	hello      Hello
 
+	opening sync.Mutex // held from id allocation until the Open frame is sent
+
 	mu      sync.Mutex
 	streams map[uint32]*hostStream
 	lastID  uint32
@@ -233,7 +235,7 @@ type hostStream struct {
 	stderr    io.Writer
 	abandoned bool
 
-	result closeResult // set by the reader before out ends with io.EOF
+	result closeResult // set by the reader before out ends with errClosedByGuest
 
 	done   chan struct{} // closed after status and err are final
 	status ExitStatus
@@ -263,6 +265,10 @@ func (c *Client) open(ctx context.Context, req openRequest, stdout, stderr io.Wr
 		st.in.close(errStreamEnded)
 	}
 
+	// The guest requires ids to grow on the wire, so allocating an id and
+	// sending its Open frame happen together.
+	c.opening.Lock()
+	defer c.opening.Unlock()
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -328,11 +334,14 @@ func (st *hostStream) write(ch chunk) error {
 	return nil
 }
 
-// finish settles the stream's outcome: end is io.EOF when the guest closed
-// the stream, anything else when the connection failed.
+// errClosedByGuest ends a stream's output when the guest's Close frame
+// arrived; any other end is a failed connection.
+var errClosedByGuest = errors.New("vsockproto: stream closed by the guest")
+
+// finish settles the stream's outcome from why its output ended.
 func (st *hostStream) finish(end, writeErr error) {
 	switch {
-	case !errors.Is(end, io.EOF):
+	case end != errClosedByGuest:
 		st.err = end
 	case st.result.Error != "":
 		st.err = &GuestError{Op: st.op, Message: st.result.Error}
@@ -387,6 +396,8 @@ func (c *Client) abandon(st *hostStream, kill bool) {
 	default:
 	}
 	c.spawn(func() {
+		// A stdin frame already on its way must not follow the Cancel.
+		st.in.closeAndDrain(context.Canceled)
 		if kill {
 			if err := c.fw.writeFrame(uint32Frame(FrameSignal, st.id, uint32(syscall.SIGKILL))); err != nil {
 				return
@@ -476,7 +487,7 @@ func (c *Client) dispatch(f Frame) error {
 		c.mu.Unlock()
 		st.in.close(errStreamEnded)
 		st.result = res
-		st.out.finish(io.EOF)
+		st.out.finish(errClosedByGuest)
 		return nil
 	}
 	return protocolErrorf("unexpected %v frame from the guest", f.Type)

@@ -3,6 +3,7 @@ package vsockproto
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 )
 
@@ -57,8 +58,11 @@ func newRecvBuffer() *recvBuffer {
 func (b *recvBuffer) push(typ FrameType, data []byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.end != nil {
-		return protocolErrorf("%v data after the stream's end", typ)
+	switch {
+	case b.end == io.EOF:
+		return protocolErrorf("%v data after the peer ended the stream", typ)
+	case b.end != nil:
+		return nil // this side stopped listening; late data is dropped
 	}
 	if len(data) > b.peerCredit {
 		return protocolErrorf("%v frame of %d bytes with only %d bytes of credit", typ, len(data), b.peerCredit)

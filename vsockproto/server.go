@@ -93,8 +93,11 @@ func (s *server) run(ctx context.Context, conn net.Conn, hello Hello) error {
 }
 
 func (s *server) dispatch(ctx context.Context, f Frame) error {
-	if f.Type == FrameOpen {
+	switch f.Type {
+	case FrameOpen:
 		return s.open(ctx, f)
+	case FrameHello, FrameStdout, FrameStderr, FrameClose:
+		return protocolErrorf("unexpected %v frame from the host", f.Type)
 	}
 	st, err := s.lookup(f.Stream)
 	if err != nil || st == nil {
@@ -124,9 +127,8 @@ func (s *server) dispatch(ctx context.Context, f Frame) error {
 		return st.out.add(payloadUint32(f))
 	case FrameCancel:
 		st.stop(context.Canceled)
-		return nil
 	}
-	return protocolErrorf("unexpected %v frame from the host", f.Type)
+	return nil
 }
 
 // lookup finds a live stream. It returns nil, nil for a stream that has
