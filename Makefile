@@ -1,5 +1,5 @@
 # Ephemeral's build. The two commands the README promises:
-#   make demo   boots a microVM and runs the product page's sandbox steps in it
+#   make demo   replays the product page's run: an agent in a real microVM
 #   make test   runs every test, VM and root tests included
 # Both install what they need (Debian packages, the guest image) first.
 
@@ -21,9 +21,11 @@ deps:
 image: deps build
 	bin/ephemeral image build
 
-# The product page's four steps, in a fresh microVM that is destroyed after.
+# The product page's run, replayed: the model's turns come from the shipped
+# recording, every command really runs in a fresh microVM, through the runs
+# service and ledger on SQLite. Needs no API key.
 demo: image
-	bin/ephemeral sandbox exec --shell -- "$$(cat tools/demo.sh)"
+	bin/ephemeral run --replay examples/product-page.json
 
 # EPHEMERAL_REQUIRE_VM turns the VM and root tests' "skip" into failures:
 # here everything they need has just been installed and built.
