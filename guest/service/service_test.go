@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ephemeralhq/ephemeral/guest/worker"
@@ -79,5 +80,52 @@ func TestWriteFileDoesNotFollowSymlink(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(target); string(got) != "keep" {
 		t.Errorf("symlink target now holds %q", got)
+	}
+}
+
+// TestWriteFileChecksPathAsTheUser plants a symlinked parent directory
+// pointing at a root-only directory, as hostile guest code could; the
+// init (root) must not write through it on the worker's behalf.
+func TestWriteFileChecksPathAsTheUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to act as another user; run the tests as root")
+	}
+	s := newService(t)
+	const nobody = 65534
+	passwd := fmt.Sprintf("worker:x:%d:%d::/nonexistent:/bin/sh\n", nobody, nobody)
+	if err := os.WriteFile(filepath.Join(s.Runner.Root, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(s.Runner.ScratchDir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir's parents are private to root; the guest's /tmp is not.
+	for d := filepath.Dir(s.Runner.ScratchDir); d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	protected := t.TempDir() // root-owned, 0700
+	if err := os.Symlink(protected, filepath.Join(s.Runner.ScratchDir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WriteFile(context.Background(), vsockproto.FileRequest{Path: "out/planted"}, strings.NewReader("x"))
+	if err == nil {
+		t.Error("write through a symlinked parent into a root-only directory succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(protected, "planted")); err == nil {
+		t.Error("file was created in the protected directory")
+	}
+
+	// The same user can still write where it may.
+	if err := s.WriteFile(context.Background(), vsockproto.FileRequest{Path: "ok"}, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(s.Runner.ScratchDir, "ok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != nobody || st.Gid != nobody {
+		t.Errorf("written file owned by %d:%d, want %d:%d", st.Uid, st.Gid, nobody, nobody)
 	}
 }
