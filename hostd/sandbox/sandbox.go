@@ -128,6 +128,8 @@ func (m *Manager) Image() *image.Image { return m.image }
 
 // BootTimings break one sandbox's start into phases.
 type BootTimings struct {
+	// Network is the creation of the network namespace, tap and firewall.
+	Network time.Duration
 	// VMMStart is from launching the VMM process to the VMM reporting
 	// the VM running.
 	VMMStart time.Duration
@@ -193,10 +195,12 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 	}
 	undo.push(func() { m.unregister(id) })
 
+	netBegan := time.Now()
 	network, err := netns.Create(ctx, id, opts.Network)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: network: %w", err)
 	}
+	netTook := time.Since(netBegan)
 	undo.push(func() { network.Close() })
 
 	vmDir := filepath.Join(dir, "vm")
@@ -240,6 +244,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 		hello:   hello,
 		m:       m,
 		timings: BootTimings{
+			Network:  netTook,
 			VMMStart: vt.Running.Sub(vt.Launched),
 			Kernel:   hello.KernelUptime - hello.InitDuration,
 			Init:     hello.InitDuration,
