@@ -84,9 +84,10 @@ func qemuArgs(img *image.Image, sock string) []string {
 // calibrate (which can hang on microvm), and trusts the TSC: under TCG
 // the guest TSC is the host's, and the clocksource watchdog would otherwise
 // compare it against jiffies that a loaded host delays, and fall back to a
-// 4 ms clock.
+// 4 ms clock. cryptomgr.notests skips the boot-time self-tests of the
+// kernel's crypto algorithms, about a fifth of the boot under TCG.
 func kernelCmdline() string {
-	cmdline := "console=ttyS0 tsc=reliable panic=-1 quiet"
+	cmdline := "console=ttyS0 tsc=reliable panic=-1 quiet cryptomgr.notests"
 	if khz := hostTSCkHz(); khz > 0 {
 		cmdline += " tsc_early_khz=" + strconv.Itoa(khz)
 	}
