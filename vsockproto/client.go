@@ -61,7 +61,12 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 	select {
 	case <-c.helloReady:
 	case <-c.dead:
-		return Hello{}, c.deadErr()
+		// A hello that arrived before the connection died still counts.
+		select {
+		case <-c.helloReady:
+		default:
+			return Hello{}, c.deadErr()
+		}
 	case <-ctx.Done():
 		return Hello{}, ctx.Err()
 	}

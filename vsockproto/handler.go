@@ -6,7 +6,9 @@ import (
 )
 
 // Handler is what the guest init plugs into Serve. Each call runs on its own
-// goroutine, one per stream; ctx is cancelled when the connection closes.
+// goroutine, one per stream; ctx is cancelled when the connection closes or
+// the host abandons the operation (its caller's context ended). Readers and
+// writers handed to a call fail once it has returned.
 type Handler interface {
 	// Exec runs req to completion. Stdin delivers what the host writes
 	// (io.EOF when the host closes it), Stdout and Stderr block while the
@@ -25,7 +27,9 @@ type Handler interface {
 	Shutdown(ctx context.Context)
 }
 
-// ExecIO is the stdio of one guest process.
+// ExecIO is the stdio of one guest process. Signals is never closed; it
+// holds a small backlog, and signals beyond it are dropped while the handler
+// does not receive.
 type ExecIO struct {
 	Stdin   io.Reader
 	Stdout  io.Writer

@@ -9,6 +9,12 @@
 // credit: a side may only send as many data bytes as the peer has granted, so
 // a guest that floods stdout blocks in write(2) instead of growing host memory.
 //
+// Stream ids are chosen by the host and only grow, so the guest can tell a
+// late frame for a finished stream from a frame for a stream never opened.
+// A stream ends with the guest's Close frame, which carries the result and
+// follows all of the stream's output. A host that gives up on an operation
+// sends Cancel (and, for an exec, SIGKILL first).
+//
 // Everything received from the guest is hostile input: the decoder checks
 // lengths against MaxPayload before allocating and rejects unknown frame
 // types; a protocol violation closes the connection.

@@ -42,8 +42,11 @@ func (r *openRequest) validate() error {
 		return fmt.Errorf("unknown operation %q", r.Op)
 	}
 	for field, set := range want {
-		if set != (field == needs) {
-			return fmt.Errorf("%s request: field %q set=%v", r.Op, field, set)
+		if set && field != needs {
+			return fmt.Errorf("%s request carries a %q field", r.Op, field)
+		}
+		if !set && field == needs {
+			return fmt.Errorf("%s request lacks its %q field", r.Op, field)
 		}
 	}
 	switch {

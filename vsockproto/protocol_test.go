@@ -57,13 +57,19 @@ func TestClientRejectsMisbehavingGuest(t *testing.T) {
 	}{
 		{"stdout beyond credit", func(t testing.TB) []byte { return stdoutFrames(t, 1, InitialWindow+1) }},
 		{"unknown stream", func(t testing.TB) []byte { return stdoutFrames(t, 2, 10) }},
-		{"host-only frame", func(t testing.TB) []byte { return mustFrame(t, Frame{Type: FrameStdin, Stream: 1, Payload: []byte("x")}) }},
+		{"host-only frame", func(t testing.TB) []byte {
+			return mustFrame(t, Frame{Type: FrameStdin, Stream: 1, Payload: []byte("x")})
+		}},
 		{"oversize frame", func(t testing.TB) []byte { return header(FrameStdout, 1, MaxPayload+1) }},
 		{"unknown frame type", func(t testing.TB) []byte { return header(200, 1, 0) }},
 		{"second hello", func(t testing.TB) []byte { return helloFrame(t, ProtocolVersion) }},
 		{"window beyond initial", func(t testing.TB) []byte { return mustFrame(t, uint32Frame(FrameWindow, 1, 1)) }},
-		{"close not JSON", func(t testing.TB) []byte { return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte("{nope")}) }},
-		{"exec close without status", func(t testing.TB) []byte { return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte("{}")}) }},
+		{"close not JSON", func(t testing.TB) []byte {
+			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte("{nope")})
+		}},
+		{"exec close without status", func(t testing.TB) []byte {
+			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte("{}")})
+		}},
 		{"close with unknown field", func(t testing.TB) []byte {
 			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte(`{"exit":{"code":0,"duration_ns":1},"extra":1}`)})
 		}},
@@ -267,4 +273,36 @@ func FuzzClientInput(f *testing.F) {
 		p.Wait()
 		<-readDone
 	})
+}
+
+func TestOpenRequestValidation(t *testing.T) {
+	exec := &ExecRequest{Argv: []string{"true"}}
+	file := &FileRequest{Path: "/f"}
+	tests := []struct {
+		name    string
+		req     openRequest
+		wantErr string // empty: valid
+	}{
+		{"exec", openRequest{Op: opExec, Exec: exec}, ""},
+		{"write file", openRequest{Op: opWriteFile, File: file}, ""},
+		{"shutdown", openRequest{Op: opShutdown}, ""},
+		{"exec without request", openRequest{Op: opExec}, `lacks its "exec"`},
+		{"read file with exec", openRequest{Op: opReadFile, File: file, Exec: exec}, `carries a "exec"`},
+		{"shutdown with net", openRequest{Op: opShutdown, Net: &NetConfig{}}, `carries a "net"`},
+		{"unknown op", openRequest{Op: "reboot"}, "unknown operation"},
+		{"empty path", openRequest{Op: opReadFile, File: &FileRequest{}}, "empty path"},
+		{"negative max bytes", openRequest{Op: opReadFile, File: &FileRequest{Path: "/f", MaxBytes: -1}}, "negative"},
+		{"invalid exec", openRequest{Op: opExec, Exec: &ExecRequest{}}, "neither argv nor shell"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.req.validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("validate = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("validate = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"net"
 
 	"github.com/mdlayher/vsock"
+	"golang.org/x/sys/unix"
 )
 
-// ListenVsock listens on an AF_VSOCK port of the guest (any context id).
-// It fails on systems without vsock support.
+// ListenVsock listens on an AF_VSOCK port for connections to any local
+// context id (the guest's own, or loopback). Port 0 picks a free port. It
+// fails on systems without vsock support.
 func ListenVsock(port uint32) (net.Listener, error) {
-	ln, err := vsock.Listen(port, nil)
+	ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, port, nil)
 	if err != nil {
 		return nil, fmt.Errorf("vsock: listen on port %d: %w", port, err)
 	}
