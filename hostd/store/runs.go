@@ -345,7 +345,7 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]Run, error) {
 }
 
 // PurgeRun removes a finished run's content (request, output, error text,
-// content events), keeping its metering and the ledger intact.
+// content events, recording), keeping its metering and the ledger intact.
 func (s *Store) PurgeRun(ctx context.Context, orgID, runID string, at time.Time) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -380,6 +380,9 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE events SET message = ?, data = NULL WHERE run_id = ? AND content = 1`,
 		PurgedContent, runID); err != nil {
 		return fmt.Errorf("store: purge events of %s: %w", runID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM recordings WHERE run_id = ?`, runID); err != nil {
+		return fmt.Errorf("store: purge recording of %s: %w", runID, err)
 	}
 	return nil
 }

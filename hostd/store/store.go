@@ -1,6 +1,7 @@
 // Package store keeps the daemon's state in one embedded SQLite database
 // (pure Go, WAL mode): organisations, members, API keys, runs, their
-// timeline events and, through package ledger, the accounts.
+// timeline events and model recordings and, through package ledger, the
+// accounts.
 //
 // SQLite allows one writer at a time. Rather than letting concurrent writers
 // collide on SQLITE_BUSY, all writes go through a pool of exactly one
@@ -59,7 +60,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
 	s := &Store{write: w, read: r}
-	if _, err := w.ExecContext(ctx, schema+ledger.Schema); err != nil {
+	if _, err := w.ExecContext(ctx, schema+recordingsSchema+ledger.Schema); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: apply schema to %s: %w", path, err)
 	}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// recordingFixture is a database with one funded organisation.
+type recordingFixture struct {
+	t     *testing.T
+	st    *Store
+	path  string
+	orgID string
+}
+
+func newRecordingFixture(t *testing.T) *recordingFixture {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ephemeral.db")
+	st, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	org, err := st.CreateOrg(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Credit(ctx, org.ID, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	return &recordingFixture{t: t, st: st, path: path, orgID: org.ID}
+}
+
+// queue creates a queued run of the fixture's organisation.
+func (f *recordingFixture) queue(id string, zeroRetention bool) {
+	f.t.Helper()
+	_, _, err := f.st.CreateRun(context.Background(), NewRun{ID: id, OrgID: f.orgID, RequestHash: []byte(id),
+		Model: "m", ZeroRetention: zeroRetention, TimeoutSeconds: 60, Reserve: 1000, CreatedAt: time.Now(), MaxActive: 10,
+		Queued: Event{Category: "Queued", Message: "queued"}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *recordingFixture) finish(id string, retentionUntil time.Time) {
+	f.t.Helper()
+	if _, err := f.st.FinishRun(context.Background(), id, Finish{Status: Succeeded, At: time.Now(), RetentionUntil: retentionUntil},
+		func(int64, int64) []Event { return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// diskHolds reports whether the database's files hold s, after a checkpoint
+// has moved the WAL into the main file.
+func (f *recordingFixture) diskHolds(s string) bool {
+	f.t.Helper()
+	if err := f.st.Checkpoint(context.Background()); err != nil {
+		f.t.Fatal(err)
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		b, err := os.ReadFile(f.path + suffix)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordingWith is a recording document big enough to spill into overflow
+// pages, which secure delete must wipe too.
+func recordingWith(canary string) []byte {
+	return []byte(`{"version":1,"exchanges":[{"turn":1,"request":{"model":"m","messages":[{"role":"user","text":"` +
+		canary + `"}]},"response":{"text":"` + string(bytes.Repeat([]byte("x"), 20_000)) + canary + `"}}]}`)
+}
+
+func TestRecordingIsKeptWithTheRunUntilPurged(t *testing.T) {
+	ctx := context.Background()
+	f := newRecordingFixture(t)
+	const id, canary = "run_rec1", "REC-CANARY-3f9a"
+	f.queue(id, false)
+	if _, err := f.st.Recording(ctx, f.orgID, id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("recording before any was saved: %v", err)
+	}
+	if err := f.st.SaveRecording(ctx, id, []byte(`{"version":1,"exchanges":[]}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A later save replaces the earlier one.
+	want := recordingWith(canary)
+	if err := f.st.SaveRecording(ctx, id, want); err != nil {
+		t.Fatal(err)
+	}
+	f.finish(id, time.Now().Add(time.Hour))
+	got, err := f.st.Recording(ctx, f.orgID, id)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("recording %.80q, %v", got, err)
+	}
+	if _, err := f.st.Recording(ctx, "org_other", id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another organisation read the recording: %v", err)
+	}
+	if !f.diskHolds(canary) {
+		t.Fatal("canary not on disk before the purge: the search is broken")
+	}
+
+	if _, err := f.st.PurgeRun(ctx, f.orgID, id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Recording(ctx, f.orgID, id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("recording after purge: %v", err)
+	}
+	if f.diskHolds(canary) {
+		t.Fatal("purged recording still in the database files")
+	}
+	// A finished (here purged) run cannot be given its content back.
+	if err := f.st.SaveRecording(ctx, id, want); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("saved a recording for a finished run: %v", err)
+	}
+}
+
+func TestExpiredRecordingsArePurged(t *testing.T) {
+	ctx := context.Background()
+	f := newRecordingFixture(t)
+	const expired, kept = "run_rec_expired", "run_rec_kept"
+	now := time.Now()
+	for id, until := range map[string]time.Time{expired: now.Add(-time.Minute), kept: now.Add(time.Hour)} {
+		f.queue(id, false)
+		if err := f.st.SaveRecording(ctx, id, recordingWith("CANARY-"+id)); err != nil {
+			t.Fatal(err)
+		}
+		f.finish(id, until)
+	}
+	if n, err := f.st.PurgeExpired(ctx, now, 24*time.Hour); err != nil || n != 1 {
+		t.Fatalf("purged %d: %v", n, err)
+	}
+	if _, err := f.st.Recording(ctx, f.orgID, expired); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired run's recording: %v", err)
+	}
+	if _, err := f.st.Recording(ctx, f.orgID, kept); err != nil {
+		t.Fatalf("recording within retention: %v", err)
+	}
+	if f.diskHolds("CANARY-"+expired) || !f.diskHolds("CANARY-"+kept) {
+		t.Fatal("the database files hold the expired recording or lost the kept one")
+	}
+}
+
+func TestRecordingRefusals(t *testing.T) {
+	ctx := context.Background()
+	f := newRecordingFixture(t)
+	const zdr, plain = "run_rec_zdr", "run_rec_plain"
+	f.queue(zdr, true)
+	f.queue(plain, false)
+	if err := f.st.SaveRecording(ctx, zdr, recordingWith("ZDR-CANARY")); !errors.Is(err, ErrZeroRetention) {
+		t.Fatalf("zero-retention run: %v", err)
+	}
+	if f.diskHolds("ZDR-CANARY") {
+		t.Fatal("zero-retention recording reached the database files")
+	}
+	if err := f.st.SaveRecording(ctx, "run_missing", recordingWith("x")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown run: %v", err)
+	}
+	if err := f.st.SaveRecording(ctx, plain, []byte(`{"version":`)); err == nil {
+		t.Fatal("stored a recording that is not JSON")
+	}
+}
