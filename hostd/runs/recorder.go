@@ -1,19 +1,23 @@
 package runs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
-// Recorder is an Executor's only way to write a run's timeline and to spend
-// its budget. Its writes do not take the run's context: a run being stopped
-// must still be able to record what it already spent.
+// Recorder is an Executor's only way to write a run's timeline and its
+// recording and to spend its budget. Its writes do not take the run's
+// context: a run being stopped must still be able to record what it
+// already spent.
 type Recorder struct {
 	svc           *Service
 	runID         string
@@ -99,6 +103,22 @@ func (r *Recorder) Charge(u ledger.Usage) error {
 		r.mu.Unlock()
 	}
 	return errors.Join(meterErr, persistErr)
+}
+
+// SaveRecording stores the run's model exchanges with the run, where they
+// are purged with the rest of its content; call it before Execute returns.
+// Under zero data retention it stores nothing.
+func (r *Recorder) SaveRecording(exchanges []recording.Exchange) error {
+	if r.zeroRetention || len(exchanges) == 0 {
+		return nil
+	}
+	var doc bytes.Buffer
+	if err := recording.Encode(&doc, exchanges); err != nil {
+		return fmt.Errorf("runs: save recording of %s: %w", r.runID, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	return r.svc.store.SaveRecording(ctx, r.runID, doc.Bytes())
 }
 
 // Remaining is what the run may still spend, in micros: check it before
