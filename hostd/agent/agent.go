@@ -59,10 +59,6 @@ type Models interface {
 type Config struct {
 	Boot   BootFunc
 	Models Models
-	// RecordingDir receives each run's model exchanges as
-	// <run id>.json (see RecordingPath), except under zero data
-	// retention; empty keeps no recordings.
-	RecordingDir string
 	// ReplayOf, when set, names the recording whose model turns this
 	// executor replays; the timeline says so.
 	ReplayOf string
@@ -121,14 +117,11 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 		return runs.Result{}, fmt.Errorf("agent: %w", err)
 	}
 	provider := m.Provider
-	if e.keepsRecording(spec) {
+	// Under zero data retention the exchanges are not even collected.
+	if !spec.ZeroDataRetention {
 		log := &recording.Log{}
 		provider = recording.Wrap(provider, log)
-		defer func() {
-			if saveErr := saveRecording(e.cfg.RecordingDir, spec.RunID, log.Exchanges()); saveErr != nil {
-				err = errors.Join(err, saveErr)
-			}
-		}()
+		defer func() { err = errors.Join(err, rec.SaveRecording(log.Exchanges())) }()
 	}
 
 	bootStart := time.Now()
@@ -174,10 +167,6 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 		return runs.Result{}, err
 	}
 	return runs.Result{Output: answer}, nil
-}
-
-func (e *Executor) keepsRecording(spec runs.Spec) bool {
-	return e.cfg.RecordingDir != "" && !spec.ZeroDataRetention
 }
 
 // writeFiles puts the run's inline files into the scratch directory, owned

@@ -1,9 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -112,12 +112,11 @@ func TestProductPageRun(t *testing.T) {
 		t.Errorf("VM destroyed %d times", e.vm.destroyed)
 	}
 
-	f, err := os.Open(RecordingPath(e.recordDir, r.ID))
+	doc, err := e.store.Recording(context.Background(), e.orgID, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	exchanges, err := recording.Decode(f)
+	exchanges, err := recording.Decode(bytes.NewReader(doc))
 	if err != nil || len(exchanges) != 3 || exchanges[2].Response.Text != pageScript()[2].Text {
 		t.Errorf("recording: %d exchanges, %v", len(exchanges), err)
 	}
@@ -264,8 +263,8 @@ func TestZeroRetentionKeepsNoRecording(t *testing.T) {
 	if r.Status != store.Succeeded {
 		t.Fatalf("status %s: %s", r.Status, r.ErrorMessage)
 	}
-	if entries, _ := os.ReadDir(e.recordDir); len(entries) != 0 {
-		t.Errorf("recordings kept under zero retention: %v", entries)
+	if _, err := e.store.Recording(context.Background(), e.orgID, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("recording kept under zero retention: %v", err)
 	}
 	for _, ev := range events {
 		if ev.Category == timeline.Shell && (ev.Message != runs.Withheld || strings.Contains(string(ev.Data), "worker")) {

@@ -107,14 +107,13 @@ func (v *fakeVM) Destroy() error {
 // env is a runs service on a real database, with the agent driving a fake
 // VM and a scripted model server over HTTP.
 type env struct {
-	t         testing.TB
-	store     *store.Store
-	hub       *timeline.Hub
-	svc       *runs.Service
-	orgID     string
-	provider  *fakeprovider.Server
-	vm        *fakeVM
-	recordDir string
+	t        testing.TB
+	store    *store.Store
+	hub      *timeline.Hub
+	svc      *runs.Service
+	orgID    string
+	provider *fakeprovider.Server
+	vm       *fakeVM
 }
 
 func newEnv(t testing.TB, vm *fakeVM, script ...fakeprovider.Turn) *env {
@@ -153,10 +152,9 @@ func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, orgID: org.ID, provider: fake, vm: vm, recordDir: filepath.Join(dir, "recordings")}
+	e := &env{t: t, store: st, orgID: org.ID, provider: fake, vm: vm}
 	cfg.Boot = func(context.Context, runs.Spec) (VM, error) { return vm, nil }
 	cfg.Models = reg
-	cfg.RecordingDir = e.recordDir
 	exec, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
@@ -21,15 +20,11 @@ type runner struct {
 	replayOf string
 }
 
-// recordingsDir holds the model exchanges of runs, one file per run.
-func recordingsDir(stateDir string) string { return filepath.Join(stateDir, "recordings") }
-
 // runnerOptions adapt the runner to `ephemeral run --replay`.
 type runnerOptions struct {
-	providers    map[string]model.Provider // beside the built-in ones
-	models       []registry.ModelConfig    // added to the configured ones
-	replayOf     string                    // the recording being replayed
-	noRecordings bool
+	providers map[string]model.Provider // beside the built-in ones
+	models    []registry.ModelConfig    // added to the configured ones
+	replayOf  string                    // the recording being replayed
 }
 
 // newRunner reads the model providers from the environment (see
@@ -50,14 +45,7 @@ func newRunner(stateDir string, opts runnerOptions) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runs need the guest image (ephemeral image build): %w", err)
 	}
-	recordDir := recordingsDir(stateDir)
-	if opts.noRecordings {
-		recordDir = ""
-	}
-	executor, err := agent.New(agent.Config{
-		Boot: agent.SandboxBoot(manager), Models: models,
-		RecordingDir: recordDir, ReplayOf: opts.replayOf,
-	})
+	executor, err := agent.New(agent.Config{Boot: agent.SandboxBoot(manager), Models: models, ReplayOf: opts.replayOf})
 	if err != nil {
 		return nil, err
 	}

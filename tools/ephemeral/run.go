@@ -108,10 +108,9 @@ func replayOptions(path string, spec *runs.Spec) (runnerOptions, error) {
 		return runnerOptions{}, err
 	}
 	return runnerOptions{
-		providers:    map[string]model.Provider{"replay": replay},
-		models:       []registry.ModelConfig{{Name: spec.Model, Provider: "replay", Price: &price}},
-		replayOf:     path,
-		noRecordings: true,
+		providers: map[string]model.Provider{"replay": replay},
+		models:    []registry.ModelConfig{{Name: spec.Model, Provider: "replay", Price: &price}},
+		replayOf:  path,
 	}, nil
 }
 

@@ -20,7 +20,7 @@ func TestReplayOptionsFromTheShippedRecording(t *testing.T) {
 	if !strings.HasPrefix(spec.Prompt, "This is a sandbox test.") || spec.Model != "openai/gpt-6-luna" || !spec.Shell {
 		t.Errorf("spec %+v", spec)
 	}
-	if len(opts.models) != 1 || opts.models[0].Provider != "replay" || opts.providers["replay"] == nil || !opts.noRecordings {
+	if len(opts.models) != 1 || opts.models[0].Provider != "replay" || opts.providers["replay"] == nil {
 		t.Fatalf("options %+v", opts)
 	}
 	if p := opts.models[0].Price; p.InputMicrosPerMTok != 50_000 || p.OutputMicrosPerMTok != 400_000 {
