@@ -15,6 +15,8 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
@@ -53,6 +55,7 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		func() error {
 			return rec.Charge(ledger.Usage{ModelCalls: 3, InputTokens: 4800, OutputTokens: 414, ModelMicros: 330, ShellCommands: 4})
 		},
+		func() error { return rec.SaveRecording(pageRecording(spec)) },
 		func() error { return rec.Charge(ledger.Usage{VMTime: 13_333 * time.Millisecond}) },
 		func() error { return rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, nil) },
 	}
@@ -62,6 +65,20 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		}
 	}
 	return runs.Result{Output: "1. Prime script output: 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47"}, nil
+}
+
+// pageRecording is the first of the page's model turns as the agent
+// records it.
+func pageRecording(spec runs.Spec) []recording.Exchange {
+	return []recording.Exchange{{
+		Turn: 1,
+		Request: model.Request{Model: spec.Model, Messages: []model.Message{{Role: model.RoleUser, Text: spec.Prompt}},
+			Tools: []model.Tool{{Name: "shell", Description: "Run bash.", InputSchema: json.RawMessage(`{"type":"object"}`)}}},
+		Response: &model.Response{StopReason: model.StopToolUse, Usage: model.Usage{InputTokens: 1460, OutputTokens: 40},
+			ToolCalls: []model.ToolCall{{ID: "call_1", Name: "shell", Arguments: `{"command":"pwd; whoami"}`}}},
+		StartedAt: time.Now().UTC(),
+		Duration:  time.Second,
+	}}
 }
 
 type harness struct {

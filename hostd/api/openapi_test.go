@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -58,6 +59,20 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	})
 	defer openapi3filter.UnregisterBodyDecoder("text/event-stream")
 
+	// The recording the repository ships is what the endpoint describes,
+	// so a recording saved from it replays like the shipped one.
+	shipped, err := os.ReadFile("../../examples/product-page.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shippedDoc any
+	if err := json.Unmarshal(shipped, &shippedDoc); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["Recording"].Value.VisitJSON(shippedDoc); err != nil {
+		t.Fatalf("examples/product-page.json does not match the Recording schema: %v", err)
+	}
+
 	run := h.createRun(productPageRequest)
 	h.waitFinished(run.ID)
 	calls := []struct {
@@ -86,8 +101,11 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"GET", "/v1/runs/" + run.ID + "/events", "", nil, 200, false},
 		{"GET", "/v1/runs/" + run.ID + "/events?after=2", "", nil, 200, false},
 		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "3"}, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 200, false},
+		{"GET", "/v1/runs/run_00000000000000000000000000000000/recording", "", nil, 404, false},
 		{"POST", "/v1/runs/" + run.ID + "/cancel", "", nil, 200, false},
 		{"DELETE", "/v1/runs/" + run.ID, "", nil, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 404, false},
 		{"GET", "/v1/balance", "", nil, 200, false},
 	}
 	for _, c := range calls {

@@ -5,20 +5,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
 // canaryExecutor puts the prompt's canary everywhere a real run would put
-// user content: commands, their output, an error, the final output.
+// user content: commands, their output, the recording of the model's
+// turns, an error, the final output.
 func canaryExecutor(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
 	canary := strings.Fields(spec.Prompt)[1]
 	if err := rec.ContentEvent(timeline.Shell, timeline.Command("echo "+canary), map[string]any{
 		"exit_code": 0, "output": canary + "\n", "duration_ms": 3}); err != nil {
+		return runs.Result{}, err
+	}
+	exchanges := pageRecording(spec)
+	exchanges = append(exchanges, recording.Exchange{Turn: 2, Request: model.Request{Model: spec.Model,
+		Messages: append(exchanges[0].Request.Messages,
+			model.Message{Role: model.RoleAssistant, ToolCalls: exchanges[0].Response.ToolCalls},
+			model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: "call_1", Content: canary + "\n"}}})},
+		Response: &model.Response{Text: "it printed " + canary, StopReason: model.StopEndTurn}})
+	if err := rec.SaveRecording(exchanges); err != nil {
 		return runs.Result{}, err
 	}
 	if strings.Contains(spec.Prompt, "fail") {
@@ -62,6 +75,9 @@ func TestZeroDataRetentionKeepsNoContentOnDisk(t *testing.T) {
 			// The client can still read the output while it is held in memory.
 			t.Fatalf("output %v", run.Output)
 		}
+		if resp := h.do("GET", "/v1/runs/"+run.ID+"/recording", ""); resp.status != http.StatusNotFound {
+			t.Fatalf("recording of a zero-retention run: %d %s", resp.status, resp.body)
+		}
 		events := h.do("GET", "/v1/runs/"+run.ID+"/events", "")
 		if strings.Contains(string(events.body), canary) || !strings.Contains(string(events.body), runs.Withheld) ||
 			!strings.Contains(string(events.body), `"exit_code":0`) {
@@ -77,5 +93,44 @@ func TestZeroDataRetentionKeepsNoContentOnDisk(t *testing.T) {
 	h.waitFinished(run.ID)
 	if !dbFilesContain(t, h.dbPath, canary) {
 		t.Fatal("control run's content not found: the canary search is broken")
+	}
+}
+
+func TestDeletePurgesTheRecording(t *testing.T) {
+	h := newHarness(t, harnessConfig{executor: scriptedExecutor(canaryExecutor)})
+	const canary = "CANARY-recording-51f0aa"
+	run := h.waitFinished(h.createRun(`{"prompt":"echo ` + canary + ` please","shell":true,"max_cost_micros":1000}`).ID)
+
+	// The recording is the run's model turns, as ephemeral run --replay reads them.
+	resp := h.do("GET", "/v1/runs/"+run.ID+"/recording", "")
+	if resp.status != http.StatusOK || resp.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("recording: %d %s", resp.status, resp.body)
+	}
+	exchanges, err := recording.Decode(bytes.NewReader(resp.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recording.NewReplay(exchanges); err != nil || len(exchanges) != 2 ||
+		exchanges[0].Request.Messages[0].Text != "echo "+canary+" please" ||
+		exchanges[1].Request.Messages[2].ToolResults[0].Content != canary+"\n" {
+		t.Fatalf("recording does not replay the run's turns (%v): %s", err, resp.body)
+	}
+	_, otherKey := h.newOrg("other", 1_000_000)
+	if resp := h.do("GET", "/v1/runs/"+run.ID+"/recording", "", "Authorization", "Bearer "+otherKey); resp.status != http.StatusNotFound {
+		t.Fatalf("another organisation's recording: %d %s", resp.status, resp.body)
+	}
+	if !dbFilesContain(t, h.dbPath, canary) {
+		t.Fatal("run's content not found before the purge: the canary search is broken")
+	}
+
+	if resp := h.do("DELETE", "/v1/runs/"+run.ID, ""); resp.status != http.StatusOK {
+		t.Fatalf("delete: %d %s", resp.status, resp.body)
+	}
+	resp = h.do("GET", "/v1/runs/"+run.ID+"/recording", "")
+	if resp.status != http.StatusNotFound || resp.apiError(t).Code != "recording_not_found" {
+		t.Fatalf("recording after purge: %d %s", resp.status, resp.body)
+	}
+	if dbFilesContain(t, h.dbPath, canary) {
+		t.Fatalf("canary %q still in the database files after the purge", canary)
 	}
 }

@@ -151,6 +151,28 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, orgID string) {
 	}
 }
 
+// getRecording serves the run's model exchanges as the document that
+// ephemeral run --replay reads.
+func (s *Server) getRecording(w http.ResponseWriter, r *http.Request, orgID string) {
+	run, ok := s.loadRun(w, r, orgID)
+	if !ok {
+		return
+	}
+	doc, err := s.store.Recording(r.Context(), orgID, run.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "recording_not_found", Param: "id",
+			Message: "the run has no recording: it has not finished, had zero data retention, made no model call, or its content was purged"})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(doc) // a failed write means the client left; nothing to tell it
+}
+
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, orgID string) {
 	if _, ok := s.loadRun(w, r, orgID); !ok {
 		return

@@ -190,7 +190,7 @@ func TestAuthentication(t *testing.T) {
 	// Another organisation's key sees a 404, the same as for a run that
 	// does not exist.
 	_, otherKey := h.newOrg("other", 1_000_000)
-	for _, path := range []string{"/v1/runs/" + run.ID, "/v1/runs/" + run.ID + "/events"} {
+	for _, path := range []string{"/v1/runs/" + run.ID, "/v1/runs/" + run.ID + "/events", "/v1/runs/" + run.ID + "/recording"} {
 		resp := h.do("GET", path, "", "Authorization", "Bearer "+otherKey)
 		if resp.status != http.StatusNotFound || resp.apiError(t).Code != "run_not_found" {
 			t.Errorf("other org GET %s: %d %s", path, resp.status, resp.body)

@@ -74,6 +74,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("DELETE /v1/runs/{id}", s.authed(s.deleteRun))
 	mux.Handle("POST /v1/runs/{id}/cancel", s.authed(s.cancelRun))
 	mux.Handle("GET /v1/runs/{id}/events", s.authed(s.events))
+	mux.Handle("GET /v1/runs/{id}/recording", s.authed(s.getRecording))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "not_found",
