@@ -60,7 +60,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
 	s := &Store{write: w, read: r}
-	if _, err := w.ExecContext(ctx, schema+recordingsSchema+ledger.Schema); err != nil {
+	if _, err := w.ExecContext(ctx, schema+connectionsSchema+recordingsSchema+ledger.Schema); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: apply schema to %s: %w", path, err)
 	}

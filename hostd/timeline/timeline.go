@@ -16,6 +16,7 @@ const (
 	MicroVM         = "MicroVM"
 	Shell           = "Shell"
 	Web             = "Web"
+	Connection      = "Connection"
 	Model           = "Model"
 	Successful      = "Successful"
 	Failed          = "Failed"
