@@ -99,7 +99,14 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 	kKey := kernelKey(kernelPkg, kernelVersion)
 	kernel := newCachedPart(opts.StateDir, "kernel", kKey)
 	if err := b.ensure(kernel, "kernel "+kernelPkg+" "+kernelVersion, func(dir string) error {
-		return extractKernel(ctx, kernelPkg, kernelVersion, dir)
+		if err := extractKernel(ctx, kernelPkg, kernelVersion, dir); err != nil {
+			return err
+		}
+		// Without a PVH kernel the bzImage boots, only slower.
+		if err := extractPVHKernel(filepath.Join(dir, kernelImageFile), filepath.Join(dir, pvhKernelFile)); err != nil {
+			b.progress("%v; VMs will boot the bzImage", err)
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}
@@ -129,7 +136,7 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 	}
 
 	img := &Image{
-		Kernel:        kernel.path(kernelImageFile),
+		Kernel:        bootKernel(kernel),
 		Initrd:        initrd.path(initrdFile),
 		RootDisk:      rootfs.path(rootfsFile),
 		KernelRelease: string(release),
@@ -149,6 +156,7 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 // Files inside the part directories.
 const (
 	kernelImageFile   = "vmlinuz"
+	pvhKernelFile     = "vmlinux"
 	kernelReleaseFile = "release"
 	kernelModulesDir  = "modules"
 	initrdFile        = "initrd.cpio"

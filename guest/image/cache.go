@@ -31,7 +31,8 @@ func rootfsKey(suite, mirror string, packages []string) string {
 
 // kernelKey covers the exact kernel package version.
 func kernelKey(pkg, version string) string {
-	return partKey("kernel", pkg, version)
+	// "pvh" since kernel parts also hold the decompressed PVH kernel.
+	return partKey("kernel", pkg, version, "pvh")
 }
 
 // initrdKey covers the init binary, the kernel whose modules it carries and

@@ -175,6 +175,11 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, progress.String())
 	}
+	// Debian's cloud kernel is an LZ4 bzImage with CONFIG_PVH: VMs must
+	// get the decompressed kernel, which skips in-guest decompression.
+	if filepath.Base(first.Kernel) != pvhKernelFile {
+		t.Errorf("boot kernel %s, want the PVH %s\n%s", first.Kernel, pvhKernelFile, progress.String())
+	}
 	loaded, err := Load(state)
 	if err != nil || *loaded != *first {
 		t.Fatalf("Load = %+v, %v; want %+v", loaded, err, first)

@@ -125,3 +125,12 @@ func extractKernel(ctx context.Context, pkg, version, dir string) error {
 	}
 	return nil
 }
+
+// bootKernel is the kernel file VMs boot from a kernel part: the
+// decompressed PVH ELF when the build could make one, else the bzImage.
+func bootKernel(kernel cachedPart) string {
+	if _, err := os.Stat(kernel.path(pvhKernelFile)); err == nil {
+		return kernel.path(pvhKernelFile)
+	}
+	return kernel.path(kernelImageFile)
+}
