@@ -69,10 +69,14 @@ func TestBzImagePayloadRoundTrip(t *testing.T) {
 
 func TestBzImagePayloadRejectsGarbage(t *testing.T) {
 	for name, img := range map[string][]byte{
-		"empty":           nil,
-		"no HdrS":         make([]byte, 4096),
-		"payload outside": func() []byte { b := fakeBzImage([]byte("x"), 1); binary.LittleEndian.PutUint32(b[payloadLengthOffset:], 1<<30); return b }(),
-		"not lz4":         fakeBzImage([]byte("\x1f\x8bgzip data here"), 10),
+		"empty":   nil,
+		"no HdrS": make([]byte, 4096),
+		"payload outside": func() []byte {
+			b := fakeBzImage([]byte("x"), 1)
+			binary.LittleEndian.PutUint32(b[payloadLengthOffset:], 1<<30)
+			return b
+		}(),
+		"not lz4": fakeBzImage([]byte("\x1f\x8bgzip data here"), 10),
 	} {
 		payload, err := bzImagePayload(img)
 		if err == nil {
