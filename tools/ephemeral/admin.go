@@ -15,12 +15,14 @@ var orgFlag = &cli.StringFlag{Name: "org", Usage: "organisation name", Required:
 
 var adminCommand = &cli.Command{
 	Name:  "admin",
-	Usage: "manage organisations, members, API keys and balances in the daemon's database",
+	Usage: "manage organisations, members, API keys, balances and connections in the daemon's database",
 	Subcommands: []*cli.Command{
+		connectionCommand,
 		{
 			Name: "org", Usage: "organisations",
 			Subcommands: []*cli.Command{{
-				Name: "create", Usage: "create an organisation", ArgsUsage: "NAME",
+				Name: "create", Usage: "create an organisation (with the example connection)", ArgsUsage: "NAME",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "no-examples", Usage: "do not register the example connection"}},
 				Action: withStore(func(c *cli.Context, st *store.Store) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {
@@ -31,7 +33,10 @@ var adminCommand = &cli.Command{
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "created organisation %s (%s)\n", o.Name, o.ID)
-					return nil
+					if c.Bool("no-examples") {
+						return nil
+					}
+					return addExampleConnection(c, st, o)
 				}),
 			}},
 		},
