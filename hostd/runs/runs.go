@@ -75,7 +75,7 @@ type Config struct {
 	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
 	MaxActivePerOrg int           // queued+running runs per organisation
 	Retention       time.Duration // how long run content is kept after the run ends
-	// Reconcile is called at start-up with the ids of runs a dead daemon
+	// Reconcile is called at every start-up with the ids (maybe none) of runs a dead daemon
 	// left active, after their money is settled, to remove their sandboxes.
 	Reconcile func(ctx context.Context, runIDs []string) error
 	Logger    *slog.Logger
@@ -408,7 +408,8 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 
 // Recover ends the runs a dead daemon left queued or running: each becomes
 // failed with its metered cost charged and the rest of its hold released,
-// then Config.Reconcile removes their sandboxes.
+// then Config.Reconcile removes their sandboxes — and whatever else dead
+// processes left, so it runs even when no run was active.
 func (s *Service) Recover(ctx context.Context) ([]string, error) {
 	left, err := s.store.ActiveRuns(ctx)
 	if err != nil {
@@ -434,7 +435,7 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 		}
 		ids = append(ids, r.ID)
 	}
-	if len(ids) > 0 && s.cfg.Reconcile != nil {
+	if s.cfg.Reconcile != nil {
 		if err := s.cfg.Reconcile(ctx, ids); err != nil {
 			return ids, fmt.Errorf("runs: reconcile sandboxes: %w", err)
 		}

@@ -43,6 +43,9 @@ func main() {
 		Listen: "127.0.0.1:0", StateDir: *stateDir, Rates: ledger.DefaultRates, MaxActivePerOrg: 10,
 		Executor: blockingExecutor{},
 		Reconcile: func(ctx context.Context, ids []string) error {
+			if len(ids) == 0 {
+				return nil // every start-up reconciles; the test wants the recovered ids
+			}
 			return os.WriteFile(*reconciled, []byte(strings.Join(ids, "\n")), 0o600)
 		},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
