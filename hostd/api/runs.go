@@ -96,6 +96,15 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 		writeError(w, apiErr)
 		return
 	}
+	apiErr, err := s.checkGrants(r.Context(), orgID, canon.Connections)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	run, created, err := s.runs.Submit(r.Context(), runs.Submission{
 		Spec: canon.spec(orgID), IdempotencyKey: key, Canonical: canon.encode()})
 	switch {

@@ -143,6 +143,7 @@ func TestRejectsBadInput(t *testing.T) {
 
 func TestAcceptsFullPermissions(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
+	h.addConnection(h.orgID, "github", "GET", "POST", "DELETE")
 	run := h.createRun(`{"prompt":"p","model":"anthropic/claude","shell":true,"web":true,"timeout_seconds":3600,
 		"max_cost_micros":5000000,"zero_data_retention":false,
 		"connections":[{"name":"github","methods":["GET","POST"]}],
