@@ -34,6 +34,9 @@ type Options struct {
 	// Network is the sandbox's firewall; the zero value is netns.Sealed:
 	// nothing leaves the VM.
 	Network netns.Config
+	// Env is added to every exec's environment after the proxy variables,
+	// e.g. EPHEMERAL_CONNECTIONS_URL (broker.Grants.GuestEnv).
+	Env []string
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -245,7 +248,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 		dir:     dir,
 		lock:    lock,
 		network: network,
-		env:     proxyEnv(opts.Network),
+		env:     append(proxyEnv(opts.Network), opts.Env...),
 		machine: machine,
 		client:  client,
 		hello:   hello,
