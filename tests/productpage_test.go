@@ -104,15 +104,22 @@ func pageAnswer(results map[string]string) string {
 
 // daemon is a started `ephemeral serve`.
 type daemon struct {
-	url string
-	key string
+	url  string
+	key  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
 }
 
 // startServe starts the real daemon on a loopback port with env added, after
 // creating an org with a member key and credit, and stops it at the end.
 func startServe(t *testing.T, state string, env ...string) daemon {
 	t.Helper()
-	bin := buildCLI(t)
+	return launchServe(t, state, createOrg(t, state), env...)
+}
+
+// createOrg makes the org acme with $5 of credit and returns a member key.
+func createOrg(t *testing.T, state string) string {
+	t.Helper()
 	admin := func(args ...string) string {
 		r := runCLI(t, state, append([]string{"admin"}, args...)...)
 		if r.code != 0 {
@@ -124,7 +131,13 @@ func startServe(t *testing.T, state string, env ...string) daemon {
 	admin("member", "add", "--org", "acme", "dev@acme.example")
 	key := admin("key", "create", "--org", "acme", "--member", "dev@acme.example")
 	admin("credit", "--org", "acme", "--micros", "5000000")
+	return key
+}
 
+// launchServe starts `ephemeral serve` on state and waits until it serves.
+func launchServe(t *testing.T, state, key string, env ...string) daemon {
+	t.Helper()
+	bin := buildCLI(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -133,14 +146,16 @@ func startServe(t *testing.T, state string, env ...string) daemon {
 	ln.Close()
 	cmd := exec.Command(bin, "--state-dir", state, "serve", "--listen", addr)
 	cmd.Env = append(os.Environ(), env...)
-	var logs bytes.Buffer
+	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		<-done
 		if t.Failed() {
 			t.Logf("ephemeral serve:\n%s", logs.String())
 		}
@@ -158,7 +173,7 @@ func startServe(t *testing.T, state string, env ...string) daemon {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return daemon{url: url, key: key}
+	return daemon{url: url, key: key, cmd: cmd, done: done}
 }
 
 func (d daemon) call(t *testing.T, method, path string, body io.Reader, header map[string]string, into any) int {

@@ -1,0 +1,97 @@
+package tests
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
+)
+
+// The daemon is killed with SIGKILL while a run's command is executing in
+// its microVM. After a restart the run has ended as failed with a clear
+// error, its hold is settled (metered cost charged, the rest released, the
+// balance whole again) and nothing of its sandbox remains: no directory,
+// VMM process or network namespace.
+func TestDaemonKilledMidRun(t *testing.T) {
+	state := cliState(t)
+	fake := fakeprovider.New(fakeprovider.Turn{
+		ToolCalls: []fakeprovider.ToolCall{shellCall("call_1", "echo started; sleep 600")},
+		Usage:     fakeprovider.Usage{InputTokens: 1000, OutputTokens: 20},
+	})
+	fake.APIKey = "sk-test-provider"
+	model := httptest.NewServer(fake)
+	defer model.Close()
+	env := []string{"EPHEMERAL_OPENAI_BASE_URL=" + model.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey}
+	key := createOrg(t, state)
+	first := launchServe(t, state, key, env...)
+
+	var created apiRun
+	first.call(t, "POST", "/v1/runs", strings.NewReader(`{"prompt": "sleep", "shell": true, "timeout_seconds": 300, "max_cost_micros": 40000}`),
+		map[string]string{"Content-Type": "application/json"}, &created)
+	if created.ID == "" {
+		t.Fatalf("run not created: %+v", created)
+	}
+
+	// Kill the daemon once the command runs in the VM (and some compute has
+	// been metered).
+	sandboxes := filepath.Join(state, "sandboxes")
+	var vmDirs []string
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		var run apiRun
+		first.call(t, "GET", "/v1/runs/"+created.ID, nil, nil, &run)
+		vmDirs, _ = filepath.Glob(filepath.Join(sandboxes, "[0-9a-f]*"))
+		if run.Usage.ShellCommands > 0 || (run.Status == "running" && run.Cost.Compute > 0 && len(vmDirs) == 1 && len(fake.Requests()) == 1) {
+			break
+		}
+		if run.Status != "queued" && run.Status != "running" {
+			t.Fatalf("run ended before the kill: %+v", run)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run's command never started: %+v", run)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(vmDirs) != 1 {
+		t.Fatalf("want one sandbox while the run executes, got %v", vmDirs)
+	}
+	id := filepath.Base(vmDirs[0])
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	<-first.done
+
+	second := launchServe(t, state, key, env...)
+	run, events := second.waitRun(t, created.ID)
+	if run.Status != "failed" || run.Error == nil || run.Error.Code != "daemon_restarted" {
+		t.Errorf("after restart: status %s, error %+v", run.Status, run.Error)
+	}
+	if run.Cost.Reserved != 40000 || run.Cost.Charged+run.Cost.Released != run.Cost.Reserved ||
+		run.Cost.Model+run.Cost.Web+run.Cost.Compute != run.Cost.Charged || run.Cost.Compute == 0 {
+		t.Errorf("cost after restart: %+v", run.Cost)
+	}
+	var balance struct {
+		Available int64 `json:"available_micros"`
+		Held      int64 `json:"held_micros"`
+		Charged   int64 `json:"charged_micros"`
+	}
+	second.call(t, "GET", "/v1/balance", nil, nil, &balance)
+	if balance.Held != 0 || balance.Charged != run.Cost.Charged || balance.Available+balance.Charged != 5_000_000 {
+		t.Errorf("balance %+v after charging %d", balance, run.Cost.Charged)
+	}
+	if len(events) == 0 || !strings.HasPrefix(events[len(events)-1].Message, "$") {
+		t.Errorf("timeline does not end with the settlement: %+v", events)
+	}
+
+	if _, err := os.Stat(filepath.Join(sandboxes, id)); !os.IsNotExist(err) {
+		t.Errorf("sandbox directory %s survived the restart: %v", id, err)
+	}
+	if _, err := os.Stat("/run/netns/eph-" + id); !os.IsNotExist(err) {
+		t.Errorf("network namespace of %s survived the restart: %v", id, err)
+	}
+	if pids := vmmProcesses(sandboxes); len(pids) > 0 {
+		t.Errorf("VMM processes survived the restart: %v", pids)
+	}
+}
