@@ -128,7 +128,7 @@ type testProxy struct {
 
 // startProxy serves a session on a loopback listener, standing in for the
 // listener inside a sandbox's namespace.
-func startProxy(t *testing.T, cfg Config, g Grants) *testProxy {
+func startProxy(t testing.TB, cfg Config, g Grants) *testProxy {
 	t.Helper()
 	if g.OrgID == "" {
 		g.OrgID = "org_test"

@@ -31,7 +31,7 @@ type Session struct {
 	mu      sync.Mutex
 	servers []*http.Server
 	closed  bool
-	wg      sync.WaitGroup // Serve loops and tunnels
+	wg      sync.WaitGroup // Serve loops and requests, tunnels included
 }
 
 type grantedConnection struct {
@@ -95,8 +95,8 @@ func (s *Session) Close() error {
 	return errors.Join(errs...)
 }
 
-// track registers a goroutine-like piece of work (a tunnel) that Close
-// must wait for; false when the session is already closed.
+// track registers a request that Close must wait for; false when the
+// session is already closed.
 func (s *Session) track() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,6 +111,13 @@ func (s *Session) track() bool {
 // web and for connections.internal. Origin-form requests (GET / with a
 // Host header) are refused: the broker is no web server.
 func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// http.Server does not wait for its handlers; Close must, since they
+	// report to the run.
+	if !s.track() {
+		writeRefusal(w, refuse(http.StatusServiceUnavailable, "the run has ended"))
+		return
+	}
+	defer s.wg.Done()
 	if r.Method == http.MethodConnect {
 		s.serveConnect(w, r)
 		return

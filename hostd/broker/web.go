@@ -137,7 +137,7 @@ func (s *Session) relay(w http.ResponseWriter, resp *http.Response, ref *refusal
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
-	if resp.ContentLength >= 0 {
+	if resp.ContentLength > 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	w.WriteHeader(resp.StatusCode)
@@ -216,12 +216,6 @@ func (s *Session) serveConnect(w http.ResponseWriter, r *http.Request) {
 		s.obs.Record(ev)
 		return
 	}
-	if !s.track() {
-		guest.Close()
-		upstream.Close()
-		return
-	}
-	defer s.wg.Done()
 	ev.Status = http.StatusOK
 	if _, err := guest.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		guest.Close()

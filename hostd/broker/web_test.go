@@ -26,7 +26,7 @@ type upstream struct {
 	conns    int
 }
 
-func newUpstream(t *testing.T, tlsOn bool, h http.HandlerFunc) *upstream {
+func newUpstream(t testing.TB, tlsOn bool, h http.HandlerFunc) *upstream {
 	t.Helper()
 	u := &upstream{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
