@@ -165,6 +165,9 @@ func (s *Session) proxyConnection(w http.ResponseWriter, r *http.Request, start 
 // ConnectionRequest is the connection_request tool: req.URL is the path
 // (and query) under the connection, e.g. "/v1/customers?limit=5".
 func (s *Session) ConnectionRequest(ctx context.Context, name string, req Request) (*Response, error) {
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	ev := Event{Start: time.Now(), Connection: name, Method: req.Method, Path: req.URL}

@@ -16,7 +16,7 @@ import (
 
 // Request is a call an agent tool makes on the run's behalf.
 type Request struct {
-	Method string
+	Method string // empty means GET
 	// URL is absolute for Fetch; for ConnectionRequest it is the path
 	// (with an optional query) under the connection's base URL.
 	URL    string
@@ -156,6 +156,9 @@ func (s *Session) relay(w http.ResponseWriter, resp *http.Response, ref *refusal
 // Fetch is the web_fetch tool: the same policy, grants and metering as
 // the guest's proxy requests. It follows no redirects.
 func (s *Session) Fetch(ctx context.Context, req Request) (*Response, error) {
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
 	ev := Event{Start: time.Now(), Method: req.Method, Host: req.URL}
 	ctx, cancel := s.requestContext(ctx)
 	defer cancel()
