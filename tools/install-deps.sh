@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ephemeral needs on the host: QEMU to boot
-# microVMs, debootstrap/e2fsprogs/dpkg to build the guest image. Idempotent:
-# packages already present are left alone, but the package lists are always
-# refreshed because the image build downloads the current cloud kernel.
+# microVMs, debootstrap/e2fsprogs/dpkg to build the guest image, and the
+# unprivileged system user QEMU drops to once it has opened its devices and
+# files. Idempotent: packages and the user already present are left alone,
+# but the package lists are always refreshed because the image build
+# downloads the current cloud kernel.
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -22,4 +24,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-deps: installing ${missing[*]}"
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-deps: ok (qemu: $(qemu-system-x86_64 --version | head -n1))"
+# A guest that escapes into QEMU's device emulation lands in this user: no
+# home, no shell, no files of its own. Keep the name in step with
+# vmm/qemu's VMMUser.
+vmm_user=ephemeral-vmm
+if ! id -u "$vmm_user" >/dev/null 2>&1; then
+	echo "install-deps: creating system user $vmm_user"
+	useradd --system --user-group --no-create-home --home-dir /nonexistent \
+		--shell /usr/sbin/nologin --comment "Ephemeral microVM monitor" "$vmm_user"
+fi
+
+echo "install-deps: ok (qemu: $(qemu-system-x86_64 --version | head -n1); vmm user: $vmm_user)"

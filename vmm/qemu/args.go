@@ -40,6 +40,8 @@ type launch struct {
 	serialFD int
 	// tapFD is the tap device when cfg.Tap is set.
 	tapFD int
+	// confine picks the seccomp filter and whether QEMU switches user.
+	confine confinement
 }
 
 // validID keeps Config.ID safe inside QEMU's -name option and process
@@ -58,6 +60,21 @@ func (l launch) args() ([]string, error) {
 		// config files, no display; a guest reboot ends the process.
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-M", "microvm",
+		// Paused until the driver sends cont over QMP: QEMU serves QMP
+		// only after it has switched user (-runas), so no guest
+		// instruction ever runs with QEMU still root.
+		"-S",
+		"-sandbox", l.confine.sandboxOption(),
+	}
+	if l.confine.runAs != "" {
+		args = append(args,
+			"-runas", l.confine.runAs,
+			// The VM's private directory: nothing in it QEMU does not
+			// already hold open, and as the unprivileged user it cannot
+			// even list it. QEMU opens no path after switching; its pid
+			// file is written before.
+			"-chroot", cfg.Dir,
+		)
 	}
 	switch l.accel {
 	case accelKVM:

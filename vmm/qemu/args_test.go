@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -229,6 +230,94 @@ func TestRandomCIDRange(t *testing.T) {
 		// 0-2 are the hypervisor, local and host; 2^32-1 is "any".
 		if cid < 3 || cid >= 1<<31 {
 			t.Fatalf("randomCID = %d, outside [3, 2^31)", cid)
+		}
+	}
+}
+
+func TestArgsConfinedToVMMUser(t *testing.T) {
+	l := serialLaunch()
+	l.confine = confinement{runAs: VMMUser, uid: "999"}
+	args := mustArgs(t, l)
+	want := map[string][]string{
+		// elevateprivileges stays allowed: denying it would kill QEMU at
+		// its own switch to the user.
+		"-sandbox": {"on,obsolete=deny,spawn=deny,resourcecontrol=deny"},
+		"-runas":   {VMMUser},
+		"-chroot":  {"/run/ephemeral/vm1"},
+	}
+	for flag, wantValues := range want {
+		if got := values(args, flag); !slices.Equal(got, wantValues) {
+			t.Errorf("%s values = %q, want %q", flag, got, wantValues)
+		}
+	}
+	// The driver lets the guest run only once QEMU has switched.
+	if !slices.Contains(args, "-S") {
+		t.Errorf("args lack -S: %q", args)
+	}
+}
+
+// Without VMMUser QEMU stays root, with the strictest seccomp filter.
+func TestArgsConfinedAsRoot(t *testing.T) {
+	args := mustArgs(t, serialLaunch())
+	if got := values(args, "-sandbox"); !slices.Equal(got, []string{"on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges=deny"}) {
+		t.Errorf("-sandbox = %q, want every group denied", got)
+	}
+	for _, flag := range []string{"-runas", "-chroot"} {
+		if got := values(args, flag); got != nil {
+			t.Errorf("%s = %q without a user to switch to", flag, got)
+		}
+	}
+	if !slices.Contains(args, "-S") {
+		t.Errorf("args lack -S: %q", args)
+	}
+}
+
+func TestConfinementSaysWhoQEMURunsAs(t *testing.T) {
+	if got := (confinement{}).String(); !strings.Contains(got, "runs as root") || !strings.Contains(got, "install-deps") {
+		t.Errorf("root confinement = %q: want it to say root and how to fix it", got)
+	}
+	if got := (confinement{runAs: VMMUser, uid: "999"}).String(); !strings.Contains(got, "runs as "+VMMUser) {
+		t.Errorf("confinement = %q: want it to name %s", got, VMMUser)
+	}
+}
+
+// switched reads a live /proc status: this test process's own.
+func TestSwitched(t *testing.T) {
+	self := strconv.Itoa(os.Getuid())
+	tests := []struct {
+		name string
+		c    confinement
+		want bool
+	}{
+		{"no user to switch to", confinement{}, true},
+		{"runs as the user", confinement{runAs: "someone", uid: self}, true},
+		{"not yet switched", confinement{runAs: "someone", uid: self + "0"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.c.switched(os.Getpid())
+			if err != nil || got != tt.want {
+				t.Fatalf("switched = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusField(t *testing.T) {
+	status := []byte("Name:\tqemu-system-x86\nUid:\t999\t999\t999\t999\nSeccomp:\t2\nSeccomp_filters:\t1\n")
+	tests := []struct {
+		name, want string
+		wantErr    bool
+	}{
+		{"Uid", "999\t999\t999\t999", false},
+		{"Seccomp", "2", false},
+		{"Seccomp_filters", "1", false},
+		{"Gid", "", true},
+	}
+	for _, tt := range tests {
+		got, err := statusField(status, tt.name)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("statusField(%s) = %q, %v; want %q (error: %v)", tt.name, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

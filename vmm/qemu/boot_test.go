@@ -3,8 +3,10 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -47,6 +49,23 @@ func requireImage(t testing.TB) *image.Image {
 		t.Fatalf("load guest image: %v", err)
 	}
 	return img
+}
+
+// requireVMMUser looks VMMUser up. Without the user it skips, or
+// fails under EPHEMERAL_REQUIRE_VM=1 (`make test`), whose install-deps
+// step creates it: there QEMU running as root is a regression.
+func requireVMMUser(t testing.TB) *user.User {
+	t.Helper()
+	u, err := user.Lookup(VMMUser)
+	if err == nil {
+		return u
+	}
+	why := fmt.Sprintf("user %s: %v: run tools/install-deps.sh as root to create it", VMMUser, err)
+	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
+		t.Fatalf("EPHEMERAL_REQUIRE_VM=1 but QEMU would run as root: %s", why)
+	}
+	t.Skip(why)
+	return nil
 }
 
 func testConfig(t testing.TB, img *image.Image) vmm.Config {
@@ -138,6 +157,65 @@ func TestBootHello(t *testing.T) {
 	assertGone(t, pid, cfg.Dir)
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// What a guest that escapes into QEMU would hold: QEMU's seccomp filter,
+// VMMUser's uid without capabilities, and the VM directory as its root.
+func TestQEMUIsConfined(t *testing.T) {
+	img := requireImage(t)
+	u := requireVMMUser(t)
+	uid, gid := u.Uid, u.Gid
+	cfg := testConfig(t, img)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	driver := New("")
+	m, err := driver.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer m.Close()
+	if got, err := driver.Confinement(); err != nil || !strings.Contains(got, "runs as "+VMMUser) {
+		t.Errorf("Confinement() = %q, %v; want it to say QEMU runs as %s", got, err, VMMUser)
+	}
+
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.PID()))
+	if err != nil {
+		t.Fatalf("read QEMU's status: %v", err)
+	}
+	want := map[string]string{
+		// 2: a seccomp filter is installed.
+		"Seccomp": "2",
+		// Real, effective, saved and filesystem uid.
+		"Uid": strings.Join([]string{uid, uid, uid, uid}, "\t"),
+		"Gid": strings.Join([]string{gid, gid, gid, gid}, "\t"),
+		// Not root's supplementary groups: only the user's own.
+		"Groups": gid,
+		"CapEff": "0000000000000000",
+		"CapPrm": "0000000000000000",
+		// No exec could regain privileges through a set-uid program.
+		"NoNewPrivs": "1",
+	}
+	for name, value := range want {
+		got, err := statusField(status, name)
+		if err != nil || got != value {
+			t.Errorf("QEMU's /proc status %s = %q, %v; want %q", name, got, err, value)
+		}
+	}
+	root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", m.PID()))
+	if err != nil || root != cfg.Dir {
+		t.Errorf("QEMU's root directory = %q, %v; want the VM directory %s", root, err, cfg.Dir)
+	}
+
+	// Confined from its first guest instruction, the guest still boots.
+	conn, err := m.DialGuest(ctx)
+	if err != nil {
+		t.Fatalf("DialGuest: %v\nconsole:\n%s", err, m.Console())
+	}
+	client := vsockproto.NewClient(conn)
+	defer client.Close()
+	if _, err := client.Hello(ctx); err != nil {
+		t.Fatalf("Hello from a confined QEMU: %v\nconsole:\n%s", err, m.Console())
 	}
 }
 
@@ -346,15 +424,36 @@ func startChild(t *testing.T, name string, args ...string) *child {
 
 func TestKillLeftover(t *testing.T) {
 	requireQEMU(t)
+	t.Run("root", func(t *testing.T) { testKillLeftover(t, confinement{}) })
+	// The usual leftover: its daemon's crash did not kill it because
+	// switching user cleared its parent-death signal.
+	t.Run(VMMUser, func(t *testing.T) {
+		testKillLeftover(t, confinement{runAs: VMMUser, uid: requireVMMUser(t).Uid})
+	})
+}
+
+func testKillLeftover(t *testing.T, confine confinement) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, pidFileName)
-	// A QEMU as a crashed daemon would leave it: paused, no kernel needed.
-	leftover := startChild(t, DefaultBinary, "-M", "microvm", "-accel", "tcg", "-nodefaults", "-no-user-config",
-		"-display", "none", "-S", "-pidfile", pidFile)
-	// QEMU writes the pid file during startup.
+	// A QEMU as a crashed daemon would leave it: paused, no kernel needed,
+	// confined as the driver confines it.
+	args := []string{"-M", "microvm", "-accel", "tcg", "-nodefaults", "-no-user-config",
+		"-display", "none", "-S", "-pidfile", pidFile, "-sandbox", confine.sandboxOption()}
+	if confine.runAs != "" {
+		args = append(args, "-runas", confine.runAs, "-chroot", dir)
+	}
+	leftover := startChild(t, DefaultBinary, args...)
+	// QEMU writes the pid file during startup, then switches user.
 	for {
-		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
-			break
+		b, err := os.ReadFile(pidFile)
+		if err == nil && strings.HasSuffix(string(b), "\n") {
+			switched, err := confine.switched(leftover.cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if switched {
+				break
+			}
 		}
 		select {
 		case err := <-leftover.exited:

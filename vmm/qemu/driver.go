@@ -6,6 +6,9 @@
 // is no waiting for sockets to appear and nothing to race. QMP tells when
 // the VM runs. The guest channel is vhost-vsock when the host has
 // /dev/vhost-vsock, otherwise a virtio-serial port behind a Unix socket.
+//
+// QEMU runs under its seccomp filter and, where the VMMUser account exists,
+// as that user in a chroot: see confinement and Driver.Confinement.
 package qemu
 
 import (
@@ -40,6 +43,9 @@ type Driver struct {
 	binary string
 	// host is probed once: the CPU does not change under a running daemon.
 	host func() (hostFacts, error)
+	// confine is probed once too: a VMMUser created later takes effect
+	// when the daemon restarts.
+	confine func() (confinement, error)
 }
 
 // hostFacts are what the command line needs to know about the host.
@@ -54,7 +60,7 @@ func New(binary string) *Driver {
 	if binary == "" {
 		binary = DefaultBinary
 	}
-	return &Driver{binary: binary, host: sync.OnceValues(probeHost)}
+	return &Driver{binary: binary, host: sync.OnceValues(probeHost), confine: sync.OnceValues(probeConfinement)}
 }
 
 func probeHost() (hostFacts, error) {
@@ -81,6 +87,14 @@ func (d *Driver) Accelerator() (string, error) {
 	return string(facts.accel), err
 }
 
+// Confinement describes what confines QEMU processes on this host beyond
+// the VM boundary, e.g. "seccomp, runs as ephemeral-vmm in a chroot". Where
+// VMMUser does not exist it says that QEMU runs as root, and why.
+func (d *Driver) Confinement() (string, error) {
+	c, err := d.confine()
+	return c.String(), err
+}
+
 // Files the driver creates in Config.Dir.
 const (
 	qmpSocketName   = "qmp.sock"
@@ -95,6 +109,10 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
 	facts, err := d.host()
+	if err != nil {
+		return nil, err
+	}
+	confine, err := d.confine()
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +136,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	var files childFiles
 	defer files.closeOwned()
 	l, err := m.plan(cfg, facts, &files)
+	l.confine = confine
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +151,10 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own group, so Close can kill everything it spawned ...
 		Setpgid: true,
-		// ... and it dies with the daemon, even on a crash.
+		// ... and it dies with the daemon, even on a crash. The kernel
+		// clears this when QEMU switches user (-runas), so from then on
+		// a crashed daemon leaves it running until KillLeftover finds it
+		// at the next start.
 		Pdeathsig: syscall.SIGKILL,
 	}
 	// A process that inherited the console pipe must not hold Wait open.
@@ -148,7 +170,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	// after QEMU died and hang the QMP handshake below.
 	files.closeOwned()
 
-	if err := m.waitRunning(ctx); err != nil {
+	if err := m.waitRunning(ctx, confine); err != nil {
 		return nil, err
 	}
 	m.timings.Running = time.Now()
@@ -210,9 +232,10 @@ func (c *childFiles) closeOwned() {
 	c.owned = nil
 }
 
-// waitRunning connects to QMP and returns once QEMU reports the VM
-// running, or fails with what QEMU printed when it exits first.
-func (m *machine) waitRunning(ctx context.Context) error {
+// waitRunning connects to QMP, lets the paused guest run once QEMU is
+// confined and returns once QEMU reports the VM running, or fails with
+// what QEMU printed when it exits first.
+func (m *machine) waitRunning(ctx context.Context, confine confinement) error {
 	// QMP I/O fails when QEMU dies (its end of the socket closes), so no
 	// separate watch on the process is needed while talking to it.
 	client, err := qmp.Dial(ctx, filepath.Join(m.dir, qmpSocketName))
@@ -220,6 +243,12 @@ func (m *machine) waitRunning(ctx context.Context) error {
 		return m.startError(ctx, err)
 	}
 	defer client.Close()
+	if err := m.waitConfined(ctx, confine); err != nil {
+		return err
+	}
+	if err := client.Cont(ctx); err != nil {
+		return m.startError(ctx, fmt.Errorf("qmp: cont: %w", err))
+	}
 	const poll = 10 * time.Millisecond
 	for {
 		status, err := client.QueryStatus(ctx)
@@ -234,6 +263,30 @@ func (m *machine) waitRunning(ctx context.Context) error {
 			return fmt.Errorf("qemu: wait for running (state %q): %w", status.Status, ctx.Err())
 		case <-m.done:
 			return m.startError(ctx, fmt.Errorf("state %q", status.Status))
+		case <-time.After(poll):
+		}
+	}
+}
+
+// waitConfined returns once QEMU has switched to confine's user. QEMU was
+// started paused (-S) and switches late in its start-up, not necessarily
+// before it answers QMP; the guest's first instruction must already run
+// confined.
+func (m *machine) waitConfined(ctx context.Context, confine confinement) error {
+	const poll = 5 * time.Millisecond
+	for {
+		switched, err := confine.switched(m.cmd.Process.Pid)
+		if err != nil {
+			return m.startError(ctx, err)
+		}
+		if switched {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("qemu: wait for the switch to user %s: %w", confine.runAs, ctx.Err())
+		case <-m.done:
+			return m.startError(ctx, fmt.Errorf("exited before switching to user %s", confine.runAs))
 		case <-time.After(poll):
 		}
 	}
