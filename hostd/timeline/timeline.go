@@ -6,6 +6,7 @@ package timeline
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 )
@@ -17,6 +18,7 @@ const (
 	Shell           = "Shell"
 	Web             = "Web"
 	Connection      = "Connection"
+	Network         = "Network"
 	Model           = "Model"
 	Successful      = "Successful"
 	Failed          = "Failed"
@@ -35,9 +37,21 @@ const (
 // Reserved is the first entry of every run: "Budget $0.04 reserved".
 func Reserved(micros int64) string { return "Budget " + money.Format(micros) + " reserved" }
 
-// WorkerStarted states the run's permissions: "worker started · shell on · web off".
-func WorkerStarted(shell, web bool) string {
-	return "worker started · shell " + onOff(shell) + " · web " + onOff(web)
+// WorkerStarted states the run's permissions: "worker started · shell on ·
+// web off", with the granted connections after them when there are any
+// ("· connections crm, billing").
+func WorkerStarted(shell, web bool, connections ...string) string {
+	s := "worker started · shell " + onOff(shell) + " · web " + onOff(web)
+	if len(connections) > 0 {
+		s += " · connections " + strings.Join(connections, ", ")
+	}
+	return s
+}
+
+// EgressBlocked reports what the sandbox's firewall dropped during the
+// run: "egress blocked: 3 packets (DNS 1, IPv6 0, other 2)".
+func EgressBlocked(dns, ipv6, other uint64) string {
+	return fmt.Sprintf("egress blocked: %s (DNS %d, IPv6 %d, other %d)", plural(int64(dns+ipv6+other), "packet"), dns, ipv6, other)
 }
 
 // Command is a shell entry: "$ pwd; whoami".
