@@ -1,6 +1,7 @@
 // Package agent is the runs.Executor that makes a run real: it boots the
 // run's microVM, lets the requested model drive the tools the run was
-// granted (the shell, inside the VM), meters every model call and every
+// granted (the shell inside the VM; web_fetch and connection_request
+// through the run's broker session), meters every model call and every
 // VM-second against the budget, and always destroys the VM.
 //
 // Everything the model returns is hostile: malformed or oversized tool
@@ -16,11 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
-	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -34,20 +36,32 @@ type VM interface {
 	Destroy() error
 }
 
-// BootFunc creates the microVM for one run.
-type BootFunc func(ctx context.Context, spec runs.Spec) (VM, error)
-
-// SandboxBoot boots runs' VMs with m. Web is never granted a route yet (the
-// broker comes later), so every sandbox gets the manager's sealed default.
-func SandboxBoot(m *sandbox.Manager) BootFunc {
-	return func(ctx context.Context, spec runs.Spec) (VM, error) {
-		sb, err := m.Create(ctx, sandbox.Options{})
-		if err != nil {
-			return nil, err
-		}
-		return sb, nil
-	}
+// Egress is the run's way out of the VM for its tools (a *broker.Session):
+// the same grants and policy as the code inside the VM meets.
+type Egress interface {
+	Fetch(ctx context.Context, req broker.Request) (*broker.Response, error)
+	ConnectionRequest(ctx context.Context, name string, req broker.Request) (*broker.Response, error)
 }
+
+// Firewall counts what the VM's network firewall dropped (a
+// *netns.Network).
+type Firewall interface {
+	Counters() (netns.Counters, error)
+}
+
+// Machine is a run's booted microVM and what came with it.
+type Machine struct {
+	VM VM
+	// Egress is nil unless the run was granted web or connections.
+	Egress Egress
+	// Firewall is nil where there is none to read; a run whose VM
+	// tried to reach what it may not gets a Network entry otherwise.
+	Firewall Firewall
+}
+
+// BootFunc creates the microVM for one run. rec is the run's: what the
+// VM's broker forwards lands on its timeline and bill.
+type BootFunc func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (Machine, error)
 
 // Models resolves a run's model name to its provider and price (a
 // *registry.Registry).
@@ -125,14 +139,17 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	}
 
 	bootStart := time.Now()
-	vm, err := e.cfg.Boot(ctx, spec)
+	machine, err := e.cfg.Boot(ctx, spec, rec)
 	if err != nil {
 		return runs.Result{}, fmt.Errorf("agent: boot microVM: %w", err)
 	}
+	vm := machine.VM
 	ready := time.Now()
 	rec.BootDuration(ready.Sub(bootStart))
 	compute := startComputeMeter(rec, ready)
 	defer func() {
+		// The counters go with the VM's network: read them first.
+		err = errors.Join(err, reportBlockedEgress(rec, machine.Firewall))
 		destroyErr := vm.Destroy()
 		vmTime := compute.stop()
 		if destroyErr != nil {
@@ -146,11 +163,17 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, map[string]any{"boot_ms": ready.Sub(bootStart).Milliseconds()}); err != nil {
 		return runs.Result{}, err
 	}
+	if broker.GrantsOf(spec).NeedsBroker() && machine.Egress == nil {
+		// Fail closed: tools offered without a broker behind them would
+		// fail every call, and the VM would have no way out either.
+		return runs.Result{}, errors.New("agent: the run is granted web or connections, but its microVM came without a broker")
+	}
 	if err := writeFiles(ctx, vm, spec.Files); err != nil {
 		return runs.Result{}, err
 	}
-	if err := rec.Event(timeline.MicroVM, timeline.WorkerStarted(spec.Shell, spec.Web), map[string]any{
-		"user": "worker", "shell": spec.Shell, "web": spec.Web, "files": len(spec.Files),
+	names := connectionNames(spec)
+	if err := rec.Event(timeline.MicroVM, timeline.WorkerStarted(spec.Shell, spec.Web, names...), map[string]any{
+		"user": "worker", "shell": spec.Shell, "web": spec.Web, "connections": names, "files": len(spec.Files),
 	}); err != nil {
 		return runs.Result{}, err
 	}
@@ -161,12 +184,38 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 		}
 	}
 
-	loop := &conversation{cfg: &e.cfg, spec: spec, rec: rec, vm: vm, model: m, provider: provider}
+	loop := &conversation{cfg: &e.cfg, spec: spec, rec: rec, vm: vm, egress: machine.Egress, model: m, provider: provider}
 	answer, err := loop.run(ctx)
 	if err != nil {
 		return runs.Result{}, err
 	}
 	return runs.Result{Output: answer}, nil
+}
+
+// reportBlockedEgress puts what the VM's firewall dropped on the timeline,
+// so attempts to reach what the run may not are visible. A run with no
+// drops gets no entry. Counters that cannot be read cost the entry, not
+// the run.
+func reportBlockedEgress(rec *runs.Recorder, fw Firewall) error {
+	if fw == nil {
+		return nil
+	}
+	c, err := fw.Counters()
+	if err != nil || c.Total().Packets == 0 {
+		return nil
+	}
+	return rec.Event(timeline.Network, timeline.EgressBlocked(c.DNS.Packets, c.IPv6.Packets, c.Other.Packets), map[string]any{
+		"packets": c.Total().Packets, "bytes": c.Total().Bytes,
+		"dns_packets": c.DNS.Packets, "ipv6_packets": c.IPv6.Packets, "other_packets": c.Other.Packets,
+	})
+}
+
+func connectionNames(spec runs.Spec) []string {
+	names := make([]string, len(spec.Connections))
+	for i, c := range spec.Connections {
+		names[i] = c.Name
+	}
+	return names
 }
 
 // writeFiles puts the run's inline files into the scratch directory, owned

@@ -35,6 +35,7 @@ type conversation struct {
 	spec     runs.Spec
 	rec      *runs.Recorder
 	vm       VM
+	egress   Egress // nil unless the run was granted web or connections
 	model    registry.Model
 	provider model.Provider
 	messages []model.Message

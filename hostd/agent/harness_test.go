@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/httpcall"
@@ -114,6 +115,11 @@ type env struct {
 	orgID    string
 	provider *fakeprovider.Server
 	vm       *fakeVM
+	// broker, when set, serves the egress of runs granted web or
+	// connections, reporting to the run like the daemon's does.
+	broker *broker.Broker
+	// firewall, when set, is the VM's firewall.
+	firewall Firewall
 }
 
 func newEnv(t testing.TB, vm *fakeVM, script ...fakeprovider.Turn) *env {
@@ -153,7 +159,7 @@ func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.T
 		t.Fatal(err)
 	}
 	e := &env{t: t, store: st, orgID: org.ID, provider: fake, vm: vm}
-	cfg.Boot = func(context.Context, runs.Spec) (VM, error) { return vm, nil }
+	cfg.Boot = e.boot
 	cfg.Models = reg
 	exec, err := New(cfg)
 	if err != nil {
@@ -166,6 +172,34 @@ func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.T
 	go func() { defer close(done); e.svc.Serve(srvCtx, time.Hour) }()
 	t.Cleanup(func() { stop(); <-done })
 	return e
+}
+
+// boot hands out the env's fake VM, with a session of the env's broker when
+// the run needs one.
+func (e *env) boot(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (Machine, error) {
+	m := Machine{VM: e.vm, Firewall: e.firewall}
+	grants := broker.GrantsOf(spec)
+	if e.broker == nil || !grants.NeedsBroker() {
+		return m, nil
+	}
+	s, err := e.broker.Open(ctx, grants, broker.RunObserver{Rec: rec})
+	if err != nil {
+		return Machine{}, err
+	}
+	m.VM, m.Egress = &sessionVM{fakeVM: e.vm, session: s}, s
+	return m, nil
+}
+
+// sessionVM ends its broker session when destroyed, as the daemon's
+// brokered sandboxes do.
+type sessionVM struct {
+	*fakeVM
+	session *broker.Session
+}
+
+func (v *sessionVM) Destroy() error {
+	v.session.Close()
+	return v.fakeVM.Destroy()
 }
 
 // spec is the product page's permissions with the given prompt.

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
@@ -49,6 +50,12 @@ func toolsFor(spec runs.Spec) []model.Tool {
 			InputSchema: shellSchema,
 		})
 	}
+	if spec.Web {
+		tools = append(tools, webFetchTool())
+	}
+	if len(spec.Connections) > 0 {
+		tools = append(tools, connectionTool(spec.Connections))
+	}
 	return tools
 }
 
@@ -58,20 +65,29 @@ type shellArgs struct {
 	TimeoutSeconds int64  `json:"timeout_seconds,omitempty"`
 }
 
-// parseShellArgs checks a shell call's arguments; the error is meant for
-// the model.
-func parseShellArgs(raw string, maxTimeout time.Duration) (string, time.Duration, error) {
+// decodeArgs decodes a tool call's arguments into v, refusing anything
+// the tool's schema does not describe; the error is meant for the model.
+func decodeArgs(tool, raw string, v any) error {
 	if len(raw) > maxArgumentBytes {
-		return "", 0, fmt.Errorf("arguments are %d bytes, more than the limit of %d", len(raw), maxArgumentBytes)
+		return fmt.Errorf("arguments are %d bytes, more than the limit of %d", len(raw), maxArgumentBytes)
 	}
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var args shellArgs
-	if err := dec.Decode(&args); err != nil {
-		return "", 0, fmt.Errorf("arguments do not match the shell tool's schema: %v", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("arguments do not match the %s tool's schema: %v", tool, err)
 	}
 	if dec.More() {
-		return "", 0, fmt.Errorf("arguments have data after the JSON object")
+		return fmt.Errorf("arguments have data after the JSON object")
+	}
+	return nil
+}
+
+// parseShellArgs checks a shell call's arguments; the error is meant for
+// the model.
+func parseShellArgs(raw string, maxTimeout time.Duration) (string, time.Duration, error) {
+	var args shellArgs
+	if err := decodeArgs(ShellTool, raw, &args); err != nil {
+		return "", 0, err
 	}
 	switch {
 	case strings.TrimSpace(args.Command) == "":
@@ -90,8 +106,16 @@ func parseShellArgs(raw string, maxTimeout time.Duration) (string, time.Duration
 	return args.Command, timeout, nil
 }
 
+// toolRun is one admitted tool call of a turn: run does the work, forModel
+// renders the result.
+type toolRun interface {
+	run(ctx context.Context)
+	forModel() (content string, isError bool)
+}
+
 // commandRun is one shell command of a turn and how it ended.
 type commandRun struct {
+	vm      VM
 	command string
 	timeout time.Duration
 
@@ -102,68 +126,98 @@ type commandRun struct {
 	duration time.Duration
 }
 
-// runTools answers every tool call of one turn. Shell commands run
-// concurrently; the turn's timeline entries are written when all are done,
-// in the order the model asked, each at the turn's start time.
+// runTools answers every tool call of one turn. The calls run
+// concurrently; the shell commands' timeline entries are written when all
+// are done, in the order the model asked, each at the turn's start time
+// (the broker puts web and connection requests on the timeline itself).
 func (c *conversation) runTools(ctx context.Context, calls []model.ToolCall) []model.ToolResult {
 	started := time.Now()
 	results := make([]model.ToolResult, len(calls))
-	commands := make([]*commandRun, len(calls))
+	admitted := make([]toolRun, len(calls))
 	for i, call := range calls {
 		results[i].CallID = call.ID
-		command, timeout, refusal := c.checkCall(ctx, call, i)
+		tool, refusal := c.checkCall(ctx, call, i)
 		if refusal != "" {
 			results[i].Content, results[i].IsError = refusal, true
 			continue
 		}
-		commands[i] = &commandRun{command: command, timeout: timeout,
-			stdout: vsockproto.NewCappedBuffer(c.cfg.OutputBytes), stderr: vsockproto.NewCappedBuffer(c.cfg.OutputBytes)}
+		admitted[i] = tool
 	}
 
 	var wg sync.WaitGroup
-	for _, cmd := range commands {
-		if cmd != nil {
-			wg.Go(func() { cmd.run(ctx, c.vm) })
+	for _, tool := range admitted {
+		if tool != nil {
+			wg.Go(func() { tool.run(ctx) })
 		}
 	}
 	wg.Wait()
 
-	var ran int64
-	for i, cmd := range commands {
-		if cmd == nil {
+	var commands int64
+	for i, tool := range admitted {
+		if tool == nil {
 			continue
 		}
-		ran++
-		results[i].Content, results[i].IsError = cmd.forModel()
+		results[i].Content, results[i].IsError = tool.forModel()
+		cmd, ok := tool.(*commandRun)
+		if !ok {
+			continue
+		}
+		commands++
 		// A failed event write must not lose the results the model is
 		// owed; the run's own end records the store's trouble.
 		_ = c.rec.ContentEventAt(started, timeline.Shell, timeline.Command(clip(cmd.command, maxCommandInMessage)), cmd.eventData())
 	}
-	if ran > 0 {
-		_ = c.rec.Charge(ledger.Usage{ShellCommands: ran})
+	if commands > 0 {
+		_ = c.rec.Charge(ledger.Usage{ShellCommands: commands})
 	}
 	return results
 }
 
-// checkCall decides whether call may run and returns the command, or the
-// refusal to send back.
-func (c *conversation) checkCall(ctx context.Context, call model.ToolCall, index int) (string, time.Duration, string) {
+// checkCall decides whether call may run and returns it ready to run, or
+// the refusal to send back.
+func (c *conversation) checkCall(ctx context.Context, call model.ToolCall, index int) (toolRun, string) {
 	switch {
 	case index >= maxCallsPerTurn:
-		return "", 0, fmt.Sprintf("refused: at most %d tool calls are run per turn", maxCallsPerTurn)
+		return nil, fmt.Sprintf("refused: at most %d tool calls are run per turn", maxCallsPerTurn)
 	case call.ArgumentsError != "":
-		return "", 0, "refused: " + call.ArgumentsError
-	case call.Name != ShellTool:
-		return "", 0, fmt.Sprintf("refused: unknown tool %q; %s", clip(call.Name, 100), offeredTools(c.spec))
-	case !c.spec.Shell:
-		return "", 0, "refused: this run was not granted the shell"
+		return nil, "refused: " + call.ArgumentsError
 	}
-	maxTimeout := min(c.cfg.CommandTimeout, timeLeft(ctx))
-	command, timeout, err := parseShellArgs(call.Arguments, max(maxTimeout, time.Second))
-	if err != nil {
-		return "", 0, "refused: " + err.Error()
+	switch call.Name {
+	case ShellTool:
+		if !c.spec.Shell {
+			return nil, "refused: this run was not granted the shell"
+		}
+		maxTimeout := min(c.cfg.CommandTimeout, timeLeft(ctx))
+		command, timeout, err := parseShellArgs(call.Arguments, max(maxTimeout, time.Second))
+		if err != nil {
+			return nil, "refused: " + err.Error()
+		}
+		return &commandRun{vm: c.vm, command: command, timeout: timeout,
+			stdout: vsockproto.NewCappedBuffer(c.cfg.OutputBytes), stderr: vsockproto.NewCappedBuffer(c.cfg.OutputBytes)}, ""
+	case WebFetchTool:
+		if !c.spec.Web {
+			return nil, "refused: this run was not granted web access"
+		}
+		req, err := parseWebFetchArgs(call.Arguments)
+		if err != nil {
+			return nil, "refused: " + err.Error()
+		}
+		return &egressCall{maxBody: c.cfg.OutputBytes, do: func(ctx context.Context) (*broker.Response, error) {
+			return c.egress.Fetch(ctx, req)
+		}}, ""
+	case ConnectionTool:
+		if len(c.spec.Connections) == 0 {
+			return nil, "refused: this run was not granted any connection"
+		}
+		name, req, err := parseConnectionArgs(call.Arguments)
+		if err != nil {
+			return nil, "refused: " + err.Error()
+		}
+		return &egressCall{maxBody: c.cfg.OutputBytes, do: func(ctx context.Context) (*broker.Response, error) {
+			return c.egress.ConnectionRequest(ctx, name, req)
+		}}, ""
 	}
-	return command, timeout, ""
+	return nil, fmt.Sprintf("refused: unknown tool %q; %s", clip(call.Name, 100), offeredTools(c.spec))
 }
 
 func offeredTools(spec runs.Spec) string {
@@ -177,9 +231,9 @@ func offeredTools(spec runs.Spec) string {
 	return "this run offers: " + strings.Join(names, ", ")
 }
 
-func (r *commandRun) run(ctx context.Context, vm VM) {
+func (r *commandRun) run(ctx context.Context) {
 	began := time.Now()
-	r.status, r.err = vm.Exec(ctx, vsockproto.ExecRequest{Shell: r.command, Timeout: r.timeout}, nil, r.stdout, r.stderr)
+	r.status, r.err = r.vm.Exec(ctx, vsockproto.ExecRequest{Shell: r.command, Timeout: r.timeout}, nil, r.stdout, r.stderr)
 	r.duration = time.Since(began)
 	if r.err == nil && r.status.Duration > 0 {
 		r.duration = r.status.Duration
