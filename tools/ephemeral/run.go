@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
@@ -37,16 +38,18 @@ var runCommand = &cli.Command{
 		&cli.StringFlag{Name: "prompt", Usage: "task for a live model"},
 		&cli.StringFlag{Name: "model", Value: "openai/gpt-6-luna", Usage: "live model (ignored with --replay)"},
 		&cli.BoolFlag{Name: "shell", Value: true, Usage: "grant the shell (ignored with --replay)"},
+		&cli.BoolFlag{Name: "web", Usage: "grant web access through the broker (ignored with --replay)"},
 		&cli.DurationFlag{Name: "timeout", Value: 120 * time.Second, Usage: "hard timeout of the run"},
 		&cli.Int64Flag{Name: "max-cost-micros", Value: 40_000, Usage: "budget of the run (40000 = $0.04)"},
 		&cli.Int64Flag{Name: "compute-micros-per-vm-second", Value: ledger.DefaultRates.ComputeMicrosPerVMSecond, Usage: "compute price"},
+		&cli.Int64Flag{Name: "web-micros-per-request", Value: ledger.DefaultRates.WebMicrosPerRequest, Usage: "price of one brokered web request"},
 	},
 	Action: runOnce,
 }
 
 func runOnce(c *cli.Context) error {
 	spec := runs.Spec{
-		Prompt: c.String("prompt"), Model: c.String("model"), Shell: c.Bool("shell"),
+		Prompt: c.String("prompt"), Model: c.String("model"), Shell: c.Bool("shell"), Web: c.Bool("web"),
 		Timeout: c.Duration("timeout"), MaxCostMicros: c.Int64("max-cost-micros"),
 	}
 	var opts runnerOptions
@@ -69,7 +72,11 @@ func runOnce(c *cli.Context) error {
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	run, err := runInProcess(ctx, rt, spec, c.Int64("compute-micros-per-vm-second"), c.App.Writer)
+	rates := ledger.Rates{
+		ComputeMicrosPerVMSecond: c.Int64("compute-micros-per-vm-second"),
+		WebMicrosPerRequest:      c.Int64("web-micros-per-request"),
+	}
+	run, err := runInProcess(ctx, rt, spec, rates, c.App.Writer)
 	if err != nil {
 		return err
 	}
@@ -81,6 +88,7 @@ func runOnce(c *cli.Context) error {
 
 // replayOptions loads a recording and takes the run's prompt, model and
 // permissions from its first request, so the replay asks what was asked.
+// Connections are not replayed: the throwaway organisation has none.
 func replayOptions(path string, spec *runs.Spec) (runnerOptions, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -99,9 +107,10 @@ func replayOptions(path string, spec *runs.Spec) (runnerOptions, error) {
 	if len(first.Messages) == 0 || first.Messages[0].Role != model.RoleUser {
 		return runnerOptions{}, fmt.Errorf("run: %s: the first request has no user prompt", path)
 	}
-	spec.Prompt, spec.Model, spec.Shell = first.Messages[0].Text, first.Model, false
+	spec.Prompt, spec.Model, spec.Shell, spec.Web = first.Messages[0].Text, first.Model, false, false
 	for _, t := range first.Tools {
-		spec.Shell = spec.Shell || t.Name == "shell"
+		spec.Shell = spec.Shell || t.Name == agent.ShellTool
+		spec.Web = spec.Web || t.Name == agent.WebFetchTool
 	}
 	price, err := configuredPrice(spec.Model)
 	if err != nil {
@@ -132,7 +141,7 @@ func configuredPrice(name string) (model.Price, error) {
 // runInProcess runs spec through a runs service of its own, on a throwaway
 // database with an organisation funded for exactly this run, printing the
 // timeline as it grows.
-func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, computeRate int64, out io.Writer) (store.Run, error) {
+func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.Rates, out io.Writer) (store.Run, error) {
 	dir, err := os.MkdirTemp("", "ephemeral-run-db-")
 	if err != nil {
 		return store.Run{}, fmt.Errorf("run: %w", err)
@@ -151,8 +160,6 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, computeRate i
 		return store.Run{}, err
 	}
 	hub := timeline.NewHub()
-	rates := ledger.DefaultRates
-	rates.ComputeMicrosPerVMSecond = computeRate
 	svc := runs.New(st, hub, runs.Config{Executor: rt.executor, Rates: rates, MaxConcurrent: 1})
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan struct{})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,9 +12,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ephemeralhq/ephemeral/hostd/connections"
 	"github.com/ephemeralhq/ephemeral/hostd/daemon"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/seal"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
 var serveCommand = &cli.Command{
@@ -43,14 +47,20 @@ func serve(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rt, err := newRunner(c.String(stateDirFlag.Name), runnerOptions{})
+	stateDir := c.String(stateDirFlag.Name)
+	conns, closeConns, err := openConnections(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+	rt, err := newRunner(stateDir, runnerOptions{connections: conns})
 	if err != nil {
 		return err
 	}
 	defer rt.manager.Shutdown()
 	return daemon.Run(ctx, daemon.Config{
 		Listen:          c.String("listen"),
-		StateDir:        c.String(stateDirFlag.Name),
+		StateDir:        stateDir,
 		Retention:       c.Duration("retention"),
 		JanitorInterval: c.Duration("janitor-interval"),
 		MaxConcurrent:   c.Int("max-concurrent-runs"),
@@ -67,6 +77,22 @@ func serve(c *cli.Context) error {
 		ValidateModel:   rt.validateModel,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
+}
+
+// openConnections gives the broker the organisations' connections, opened
+// with the state directory's key. It reads them through a handle of its
+// own on the daemon's database, which WAL lets it share with the daemon
+// (as the admin commands do).
+func openConnections(ctx context.Context, stateDir string) (*connections.Registry, func(), error) {
+	key, err := seal.LoadKey(stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Open(ctx, daemon.DBPath(stateDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	return connections.NewRegistry(st, key), func() { st.Close() }, nil
 }
 
 // applyConfigFile fills every flag that neither the command line nor the
