@@ -136,10 +136,10 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	var files childFiles
 	defer files.closeOwned()
 	l, err := m.plan(cfg, facts, &files)
-	l.confine = confine
 	if err != nil {
 		return nil, err
 	}
+	l.confine = confine
 	args, err := l.args()
 	if err != nil {
 		return nil, err
