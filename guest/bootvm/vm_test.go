@@ -237,7 +237,6 @@ func BenchmarkBoot(b *testing.B) {
 // cost seconds, so the scenarios share a guest where they can.
 func TestGuest(t *testing.T) {
 	v := boot(t)
-	outer := t
 	t.Logf("hello: %+v", v.hello)
 
 	t.Run("hello", func(t *testing.T) {
@@ -362,7 +361,7 @@ func TestGuest(t *testing.T) {
 		}
 	})
 
-	// Deferred scenarios run last, in reverse: reconnect, then shut down.
+	// Deferred: shutting down runs last.
 	defer t.Run("shutdown powers the VM off", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 		defer cancel()
@@ -375,42 +374,6 @@ func TestGuest(t *testing.T) {
 			t.Fatal("QEMU still runs after the guest acknowledged shutdown")
 		}
 	})
-	defer t.Run("host reconnects", func(t *testing.T) {
-		// virtio-serial has no connection handshake: a host that
-		// reconnects before the guest saw the hang-up would find the
-		// guest still on the old session, its hello long sent. So the
-		// test waits for the init's console line about the hang-up.
-		const ended = "serial connection ended"
-		before := strings.Count(v.console.String(), ended)
-		v.client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-		defer cancel()
-		for strings.Count(v.console.String(), ended) == before {
-			select {
-			case <-ctx.Done():
-				t.Fatal("the guest never noticed the host hanging up")
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		conn, err := dialRetry(ctx, v.sock, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.client = vsockproto.NewClient(conn)
-		// Closed when the whole test ends: the shutdown scenario uses it.
-		outer.Cleanup(func() { v.client.Close() })
-		hello, err := v.client.Hello(ctx)
-		if err != nil {
-			t.Fatalf("hello after reconnect: %v", err)
-		}
-		if hello.ScratchDir != v.hello.ScratchDir {
-			t.Errorf("scratch dir changed across connections: %q, then %q", v.hello.ScratchDir, hello.ScratchDir)
-		}
-		if r := v.shell(t, "echo again"); r.stdout != "again\n" {
-			t.Errorf("exec after reconnect: %q", r.stdout)
-		}
-	})
-
 	t.Run("orphans are reaped", func(t *testing.T) {
 		v.shell(t, "for i in 1 2 3; do (sleep 0.1 &) ; done; sleep 0.5")
 		r := v.shell(t, "ps -eo stat= | grep -c Z || true")
@@ -418,4 +381,20 @@ func TestGuest(t *testing.T) {
 			t.Errorf("zombies left: %q", r.stdout)
 		}
 	})
+}
+
+// The host holds the VM through its one connection: when the host hangs
+// up (it destroyed the sandbox, or the daemon died) the guest powers off,
+// and the VMM exits without anyone killing it.
+func TestHostHangUpPowersOff(t *testing.T) {
+	v := boot(t)
+	v.client.Close()
+	select {
+	case <-v.exited:
+	case <-time.After(bootTimeout):
+		t.Fatalf("QEMU still runs %v after the host hung up; console:\n%s", bootTimeout, v.console.String())
+	}
+	if !strings.Contains(v.console.String(), "host connection ended") {
+		t.Errorf("the guest did not say why it powered off; console:\n%s", v.console.String())
+	}
 }

@@ -1,7 +1,8 @@
 // Command ephemeral-init is PID 1 of an Ephemeral microVM. It boots the
 // guest (kernel filesystems, modules, a read-only root with a RAM overlay),
-// then serves the host's requests over vsock or virtio-serial until the
-// host powers the VM off. It must be built static (CGO_ENABLED=0).
+// then serves the host's requests over vsock or virtio-serial. The host
+// holds the VM through that one connection; when it ends the VM powers off.
+// It must be built static (CGO_ENABLED=0).
 package main
 
 import (
@@ -11,7 +12,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mdlayher/vsock"
@@ -33,10 +33,6 @@ const deviceTimeout = 10 * time.Second
 // hostname is what commands see from `hostname`.
 const hostname = "ephemeral"
 
-// reconnectDelay spaces reopening the serial port after a host disconnects:
-// the port reads EOF until a host connects again.
-const reconnectDelay = 20 * time.Millisecond
-
 var started = time.Now()
 
 // logf writes to the kernel console (ttyS0), the one diagnosis aid a
@@ -57,17 +53,28 @@ func main() {
 	}
 	logf("ready in %v (kernel uptime %v), serving over %s, scratch %s", hello.InitDuration.Round(time.Millisecond),
 		hello.KernelUptime.Round(time.Millisecond), hello.Transport, hello.ScratchDir)
-	if err := serve(ctx, hello, svc); err != nil {
-		fail(err)
-	}
+	// The host holds the VM through this one connection. When it ends —
+	// the host destroyed the sandbox, or the daemon died — nothing is left
+	// to serve, so the VM powers off. That also stops the VMM of a crashed
+	// daemon at once: the VMM drops privileges, which clears its
+	// parent-death signal, so nothing else would until the next start-up's
+	// reconciliation.
+	err = serve(ctx, hello, svc)
+	logf("host connection ended (%v); powering off", err)
+	halt()
 }
 
 // fail ends the VM: PID 1 must not exit (the kernel would panic with a
 // less useful message), and the host notices a powered-off VM.
 func fail(err error) {
 	logf("fatal: %v", err)
-	if perr := initd.PowerOff(); perr != nil {
-		logf("%v", perr)
+	halt()
+}
+
+// halt powers the VM off and never returns.
+func halt() {
+	if err := initd.PowerOff(); err != nil {
+		logf("%v", err)
 	}
 	select {}
 }
@@ -162,46 +169,28 @@ func serve(ctx context.Context, hello vsockproto.Hello, svc *service.Service) er
 	return serveSerial(ctx, hello, svc)
 }
 
-// serveVsock serves every host connection, each on its own goroutine.
+// serveVsock serves the first host connection on the vsock port.
 func serveVsock(ctx context.Context, hello vsockproto.Hello, svc *service.Service) error {
 	ln, err := vsockproto.ListenVsock(vsockproto.Port)
 	if err != nil {
 		return fmt.Errorf("listen on vsock port %d: %w", vsockproto.Port, err)
 	}
-	defer ln.Close()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			return fmt.Errorf("accept on vsock port %d: %w", vsockproto.Port, err)
-		}
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			defer conn.Close()
-			if err := vsockproto.Serve(ctx, conn, hello, svc); err != nil {
-				logf("connection from %s: %v", conn.RemoteAddr(), err)
-			}
-		}()
+	conn, err := ln.Accept()
+	ln.Close() // one host per VM
+	if err != nil {
+		return fmt.Errorf("accept on vsock port %d: %w", vsockproto.Port, err)
 	}
+	defer conn.Close()
+	return vsockproto.Serve(ctx, conn, hello, svc)
 }
 
-// serveSerial serves the virtio-serial port, one host connection at a
-// time, reopening it whenever the host goes away.
+// serveSerial serves the virtio-serial port. Writing the hello blocks
+// until the host connects; reads return EOF once it has hung up.
 func serveSerial(ctx context.Context, hello vsockproto.Hello, svc *service.Service) error {
-	for {
-		port, err := vsockproto.OpenSerialPort(vsockproto.SerialPortName)
-		if err != nil {
-			return err
-		}
-		err = vsockproto.Serve(ctx, vsockproto.FileConn(port), hello, svc)
-		port.Close()
-		logf("serial connection ended (%v); reopening", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(reconnectDelay):
-		}
+	port, err := vsockproto.OpenSerialPort(vsockproto.SerialPortName)
+	if err != nil {
+		return err
 	}
+	defer port.Close()
+	return vsockproto.Serve(ctx, vsockproto.FileConn(port), hello, svc)
 }
