@@ -63,6 +63,15 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 
+	// The guest powers off when its host hangs up, so the VMM of the dead
+	// daemon exits by itself, before any restart.
+	for deadline := time.Now().Add(time.Minute); len(vmmProcesses(sandboxes)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the VMM outlived its daemon by a minute: %v", vmmProcesses(sandboxes))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	second := launchServe(t, state, key, env...)
 	run, events := second.waitRun(t, created.ID)
 	if run.Status != "failed" || run.Error == nil || run.Error.Code != "daemon_restarted" {
