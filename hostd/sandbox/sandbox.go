@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -125,6 +126,29 @@ func NewManager(cfg Config) (*Manager, error) {
 
 // Driver names the VMM in use.
 func (m *Manager) Driver() string { return m.driver.Name() }
+
+// Describe says how VMs run here, for logs and benchmarks: the VMM, its
+// accelerator and its confinement where the driver reports them, e.g.
+// "qemu (tcg; seccomp, runs as ephemeral-vmm in a chroot)".
+func (m *Manager) Describe() string {
+	var parts []string
+	if d, ok := m.driver.(interface{ Accelerator() (string, error) }); ok {
+		if acc, err := d.Accelerator(); err == nil {
+			parts = append(parts, acc)
+		}
+	}
+	if d, ok := m.driver.(interface{ Confinement() (string, error) }); ok {
+		c, err := d.Confinement()
+		if err != nil {
+			c = "confinement unknown: " + err.Error()
+		}
+		parts = append(parts, c)
+	}
+	if len(parts) == 0 {
+		return m.driver.Name()
+	}
+	return m.driver.Name() + " (" + strings.Join(parts, "; ") + ")"
+}
 
 // Image is the guest image sandboxes boot from.
 func (m *Manager) Image() *image.Image { return m.image }

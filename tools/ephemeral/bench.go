@@ -50,7 +50,7 @@ func benchBoot(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "booting %d sandboxes with %s...\n", n, mgr.Driver())
+	fmt.Fprintf(os.Stderr, "booting %d sandboxes with %s...\n", n, mgr.Describe())
 	var samples []bootSample
 	for i := 0; i < n; i++ {
 		began := time.Now()
