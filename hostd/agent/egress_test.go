@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
@@ -392,5 +393,39 @@ func TestEgressResultForTheModel(t *testing.T) {
 	call = &egressCall{maxBody: 4, resp: &broker.Response{Status: 204, Header: http.Header{}}}
 	if content, _ := call.forModel(); content != "status: 204 No Content\nbody: (empty)\n" {
 		t.Errorf("empty result %q", content)
+	}
+}
+
+// The system prompt says what is granted and how to use it, and nothing
+// that is not: no proxy variables without a shell to use them.
+func TestSystemPromptStatesTheGrants(t *testing.T) {
+	cfg := &Config{CommandTimeout: DefaultCommandTimeout, OutputBytes: DefaultOutputBytes}
+	crm := []runs.Connection{{Name: "crm", Methods: []string{"GET", "HEAD"}}}
+	for _, tc := range []struct {
+		name      string
+		spec      runs.Spec
+		want, not []string
+	}{
+		{"web without shell", runs.Spec{Web: true},
+			[]string{"Shell: off: no command", "Web: on", WebFetchTool, "Connections: none", "Use the tools"},
+			[]string{"proxy variables", "no tools in this run"}},
+		{"connections with shell", runs.Spec{Shell: true, Connections: crm},
+			[]string{"Web: off. The only way out", "crm (GET, HEAD)", ConnectionTool, "$EPHEMERAL_CONNECTIONS_URL/<name>/<path>", "send none"},
+			[]string{"Web: on"}},
+		{"nothing granted", runs.Spec{},
+			[]string{"no tools in this run", "The VM has no network"},
+			[]string{WebFetchTool, ConnectionTool, "Use the"}},
+	} {
+		prompt := systemPrompt(tc.spec, "/tmp/scratch", 1000, time.Minute, cfg, false)
+		for _, w := range tc.want {
+			if !strings.Contains(prompt, w) {
+				t.Errorf("%s: prompt lacks %q:\n%s", tc.name, w, prompt)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(prompt, n) {
+				t.Errorf("%s: prompt says %q:\n%s", tc.name, n, prompt)
+			}
+		}
 	}
 }

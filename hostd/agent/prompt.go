@@ -42,8 +42,12 @@ func systemPrompt(spec runs.Spec, scratchDir string, remainingMicros int64, left
 	fmt.Fprintf(&b, "- Time: about %d s left before the run is stopped.\n\n", int64(max(left, 0)/time.Second))
 	if final {
 		b.WriteString("This is your last turn: no tool can be called any more. Give your final answer now.\n")
-	} else if len(toolsFor(spec)) > 0 {
-		b.WriteString("Use the tools to do the work and report the real output, never what you expect. " +
+	} else if tools := toolsFor(spec); len(tools) > 0 {
+		what := "the tools"
+		if len(tools) == 1 && spec.Shell {
+			what = "the shell"
+		}
+		b.WriteString("Use " + what + " to do the work and report the real output, never what you expect. " +
 			"When you are done, reply with your final answer and no tool call.\n")
 	}
 	return b.String()
