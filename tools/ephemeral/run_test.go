@@ -28,6 +28,28 @@ func TestReplayOptionsFromTheShippedRecording(t *testing.T) {
 	}
 }
 
+// A recording of a run that was offered web_fetch replays with web; the
+// product page's, which had only the shell, without.
+func TestReplayOptionsGrantWebWhenRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "web.json")
+	recording := `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna",
+		"messages": [{"role": "user", "text": "fetch it"}], "tools": [{"name": "web_fetch"}]},
+		"response": {"stop_reason": "end_turn", "text": "done"}}]}`
+	if err := os.WriteFile(path, []byte(recording), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var spec runs.Spec
+	if _, err := replayOptions(path, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if !spec.Web || spec.Shell {
+		t.Errorf("web_fetch recording replays with web %v, shell %v", spec.Web, spec.Shell)
+	}
+	if _, err := replayOptions("../../examples/product-page.json", &spec); err != nil || spec.Web || !spec.Shell {
+		t.Errorf("product page replays with web %v, shell %v (%v)", spec.Web, spec.Shell, err)
+	}
+}
+
 func TestReplayOptionsRefuseBadRecordings(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{
