@@ -122,7 +122,20 @@ func TestOrderRoundTrip(t *testing.T) {
 func TestResolveDebianKernel(t *testing.T) {
 	dir := os.Getenv("EPHEMERAL_TEST_MODULE_DIR")
 	if dir == "" {
-		t.Skip("set EPHEMERAL_TEST_MODULE_DIR to an extracted lib/modules/<release> to check real modules")
+		// The guest image's kernel part keeps the module tree.
+		state := os.Getenv("EPHEMERAL_STATE_DIR")
+		if state == "" {
+			state = "/var/lib/ephemeral"
+		}
+		trees, _ := filepath.Glob(filepath.Join(state, "images", "kernel-*", "modules"))
+		if len(trees) == 0 {
+			msg := "no kernel modules: build the image (make image) or set EPHEMERAL_TEST_MODULE_DIR to an extracted lib/modules/<release>"
+			if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		dir = trees[len(trees)-1]
 	}
 	mods, err := Resolve(dir, GuestModules)
 	if err != nil {
