@@ -19,7 +19,19 @@ for p in "${packages[@]}"; do
 done
 
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q >/dev/null
+# A mirror hiccup should not fail a machine that already has everything:
+# with every package present, stale lists only mean the image build may
+# resolve a slightly older kernel (or use the one it has cached).
+if ! apt-get update -q >/dev/null; then
+	sleep 5
+	if ! apt-get update -q >/dev/null; then
+		if [ ${#missing[@]} -gt 0 ]; then
+			echo "install-deps: apt-get update failed and ${missing[*]} must be installed" >&2
+			exit 1
+		fi
+		echo "install-deps: warning: apt-get update failed; using the existing package lists" >&2
+	fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-deps: installing ${missing[*]}"
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
