@@ -69,7 +69,8 @@ type Run struct {
 
 // Event is one timeline entry.
 type Event struct {
-	Seq      int64
+	Seq      int64         // place on the timeline
+	Rev      int64         // the run's revision that last appended or amended it
 	T        time.Duration // since the run was queued
 	Category string
 	Message  string

@@ -64,7 +64,34 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("store: apply schema to %s: %w", path, err)
 	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: migrate %s: %w", path, err)
+	}
 	return s, nil
+}
+
+// migrate brings a database created by an older daemon up to the schema:
+// CREATE TABLE IF NOT EXISTS leaves an existing table as it was.
+func (s *Store) migrate(ctx context.Context) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var hasRev bool
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) > 0 FROM pragma_table_info('events') WHERE name = 'rev'`).Scan(&hasRev); err != nil {
+			return fmt.Errorf("inspect events: %w", err)
+		}
+		if !hasRev {
+			// Old events were never amended, so their revision is their
+			// sequence number: resuming streams keep their place.
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE events ADD COLUMN rev INTEGER NOT NULL DEFAULT 0;
+				UPDATE events SET rev = seq`); err != nil {
+				return fmt.Errorf("add events.rev: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS events_run_rev ON events (run_id, rev)`); err != nil {
+			return fmt.Errorf("index events.rev: %w", err)
+		}
+		return nil
+	})
 }
 
 // Close closes both connection pools.
@@ -172,6 +199,7 @@ CREATE TABLE IF NOT EXISTS events (
 	message  TEXT NOT NULL,
 	data     TEXT,
 	content  INTEGER NOT NULL DEFAULT 0, -- message/data hold user content: purged with the run
+	rev      INTEGER NOT NULL DEFAULT 0, -- the run's revision that last wrote this event; see AmendEventData
 	PRIMARY KEY (run_id, seq)
 );
 `
