@@ -217,14 +217,26 @@ func (e *env) run(spec runs.Spec) (store.Run, []store.Event) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return e.wait(r.ID)
+}
+
+// wait waits until the run has ended.
+func (e *env) wait(runID string) (store.Run, []store.Event) {
+	e.t.Helper()
+	ctx := context.Background()
 	giveUp := time.After(time.Minute)
 	for {
-		changed := e.hub.Changed(r.ID)
-		if r, err = e.store.GetRun(ctx, e.orgID, r.ID); err != nil {
+		changed := e.hub.Changed(runID)
+		r, err := e.store.GetRun(ctx, e.orgID, runID)
+		if err != nil {
 			e.t.Fatal(err)
 		}
 		if r.Status.Terminal() {
-			break
+			events, err := e.store.Events(ctx, runID, 0, 1000)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			return r, events
 		}
 		select {
 		case <-changed:
@@ -232,11 +244,6 @@ func (e *env) run(spec runs.Spec) (store.Run, []store.Event) {
 			e.t.Fatalf("run %s still %s after a minute", r.ID, r.Status)
 		}
 	}
-	events, err := e.store.Events(ctx, r.ID, 0, 1000)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return r, events
 }
 
 // eventData decodes an event's data.

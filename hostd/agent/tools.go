@@ -118,6 +118,7 @@ type commandRun struct {
 	vm      VM
 	command string
 	timeout time.Duration
+	entry   int64 // the command's timeline entry, 0 until it is opened
 
 	status   vsockproto.ExitStatus
 	err      error
@@ -127,9 +128,11 @@ type commandRun struct {
 }
 
 // runTools answers every tool call of one turn. The calls run
-// concurrently; the shell commands' timeline entries are written when all
-// are done, in the order the model asked, each at the turn's start time
-// (the broker puts web and connection requests on the timeline itself).
+// concurrently. Before any starts, each shell command gets its timeline
+// entry, in the order the model asked and at the turn's start time, so a
+// live timeline shows what is running; each entry is amended with its
+// command's result as that command ends (the broker puts web and
+// connection requests on the timeline itself).
 func (c *conversation) runTools(ctx context.Context, calls []model.ToolCall) []model.ToolResult {
 	started := time.Now()
 	results := make([]model.ToolResult, len(calls))
@@ -143,12 +146,23 @@ func (c *conversation) runTools(ctx context.Context, calls []model.ToolCall) []m
 		}
 		admitted[i] = tool
 	}
+	for _, tool := range admitted {
+		if cmd, ok := tool.(*commandRun); ok {
+			c.openEntry(started, cmd)
+		}
+	}
 
 	var wg sync.WaitGroup
 	for _, tool := range admitted {
-		if tool != nil {
-			wg.Go(func() { tool.run(ctx) })
+		if tool == nil {
+			continue
 		}
+		wg.Go(func() {
+			tool.run(ctx)
+			if cmd, ok := tool.(*commandRun); ok {
+				c.closeEntry(started, cmd)
+			}
+		})
 	}
 	wg.Wait()
 
@@ -158,19 +172,35 @@ func (c *conversation) runTools(ctx context.Context, calls []model.ToolCall) []m
 			continue
 		}
 		results[i].Content, results[i].IsError = tool.forModel()
-		cmd, ok := tool.(*commandRun)
-		if !ok {
-			continue
+		if _, ok := tool.(*commandRun); ok {
+			commands++
 		}
-		commands++
-		// A failed event write must not lose the results the model is
-		// owed; the run's own end records the store's trouble.
-		_ = c.rec.ContentEventAt(started, timeline.Shell, timeline.Command(clip(cmd.command, maxCommandInMessage)), cmd.eventData())
 	}
 	if commands > 0 {
 		_ = c.rec.Charge(ledger.Usage{ShellCommands: commands})
 	}
 	return results
+}
+
+// openEntry puts a command that is about to start on the timeline.
+// A failed event write must not lose the results the model is owed (here
+// and in closeEntry); the run's own end records the store's trouble.
+func (c *conversation) openEntry(turnStart time.Time, cmd *commandRun) {
+	seq, err := c.rec.StartContentEvent(turnStart, timeline.Shell, cmd.entryMessage(),
+		map[string]any{"command": cmd.command, "state": timeline.Running})
+	if err == nil {
+		cmd.entry = seq
+	}
+}
+
+// closeEntry gives a finished command's entry its result, or appends the
+// whole entry now if it could not be opened.
+func (c *conversation) closeEntry(turnStart time.Time, cmd *commandRun) {
+	if cmd.entry == 0 {
+		_ = c.rec.ContentEventAt(turnStart, timeline.Shell, cmd.entryMessage(), cmd.eventData())
+		return
+	}
+	_ = c.rec.AmendContentEvent(cmd.entry, cmd.eventData())
 }
 
 // checkCall decides whether call may run and returns it ready to run, or
@@ -271,11 +301,17 @@ func writeStream(b *strings.Builder, name string, buf *vsockproto.CappedBuffer) 
 	}
 }
 
-// eventData is the command's timeline data. Strings are user content: the
+// entryMessage is the command's timeline message: "$ <command>", clipped.
+func (r *commandRun) entryMessage() string {
+	return timeline.Command(clip(r.command, maxCommandInMessage))
+}
+
+// eventData is the finished command's timeline data. Strings are user content: the
 // Recorder drops them under zero data retention.
 func (r *commandRun) eventData() map[string]any {
 	data := map[string]any{
 		"command":          r.command,
+		"state":            timeline.Done,
 		"exit_code":        r.status.Code,
 		"timed_out":        r.status.TimedOut,
 		"duration_ms":      r.duration.Milliseconds(),

@@ -12,6 +12,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
 // Recorder is an Executor's only way to write a run's timeline and its
@@ -59,31 +60,68 @@ func (r *Recorder) ContentEvent(category, message string, data map[string]any) e
 // a command's entry carries its result but is placed at its start, so the
 // parallel commands of one model turn share their t.
 func (r *Recorder) ContentEventAt(at time.Time, category, message string, data map[string]any) error {
-	if r.zeroRetention {
-		message = Withheld
-		kept := map[string]any{}
-		for k, v := range data {
-			switch v.(type) {
-			case bool, int, int32, int64, uint, uint32, uint64, float32, float64, time.Duration:
-				kept[k] = v
-			}
-		}
-		data = kept
-	}
-	return r.appendAt(at, store.Event{Category: category, Message: message, Data: mustJSON(data), Content: true})
+	_, err := r.StartContentEvent(at, category, message, data)
+	return err
 }
 
-func (r *Recorder) append(e store.Event) error { return r.appendAt(time.Now(), e) }
+// StartContentEvent appends a content entry for something that started at
+// and is still going, and returns its sequence number for
+// AmendContentEvent: live readers see it at once and see it again when
+// amended.
+func (r *Recorder) StartContentEvent(at time.Time, category, message string, data map[string]any) (seq int64, err error) {
+	if r.zeroRetention {
+		message = Withheld
+	}
+	e, err := r.appendAt(at, store.Event{Category: category, Message: message, Data: mustJSON(r.retained(data)), Content: true})
+	return e.Seq, err
+}
 
-func (r *Recorder) appendAt(at time.Time, e store.Event) error {
-	e.T = at.Sub(r.queuedAt)
+// AmendContentEvent replaces the data of the run's entry seq, appended by
+// StartContentEvent, with data under the same rules: under zero data
+// retention only numbers, flags and timeline.State values are kept, and the
+// entry is purged with the run's content.
+func (r *Recorder) AmendContentEvent(seq int64, data map[string]any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
-	if _, err := r.svc.store.AppendEvent(ctx, r.runID, e); err != nil {
+	if _, err := r.svc.store.AmendEventData(ctx, r.runID, seq, mustJSON(r.retained(data)), true); err != nil {
 		return err
 	}
 	r.svc.hub.Notify(r.runID)
 	return nil
+}
+
+// retained is what of a content entry's data may be stored: everything,
+// or under zero data retention only the values that cannot carry user
+// content.
+func (r *Recorder) retained(data map[string]any) map[string]any {
+	if !r.zeroRetention {
+		return data
+	}
+	kept := map[string]any{}
+	for k, v := range data {
+		switch v.(type) {
+		case bool, int, int32, int64, uint, uint32, uint64, float32, float64, time.Duration, timeline.State:
+			kept[k] = v
+		}
+	}
+	return kept
+}
+
+func (r *Recorder) append(e store.Event) error {
+	_, err := r.appendAt(time.Now(), e)
+	return err
+}
+
+func (r *Recorder) appendAt(at time.Time, e store.Event) (store.Event, error) {
+	e.T = at.Sub(r.queuedAt)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	e, err := r.svc.store.AppendEvent(ctx, r.runID, e)
+	if err != nil {
+		return store.Event{}, err
+	}
+	r.svc.hub.Notify(r.runID)
+	return e, nil
 }
 
 // Charge meters usage against the run's budget and persists the total so a

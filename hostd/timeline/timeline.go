@@ -34,6 +34,18 @@ const (
 	MicroVMDestroyed = "microVM destroyed"
 )
 
+// State is how far along a command's entry is: the entry is appended when
+// the command starts and amended with its result when it ends, so a live
+// timeline shows a long command while it runs. A State is a system word,
+// never user content.
+type State string
+
+// States of a command's entry.
+const (
+	Running State = "running"
+	Done    State = "done"
+)
+
 // Reserved is the first entry of every run: "Budget $0.04 reserved".
 func Reserved(micros int64) string { return "Budget " + money.Format(micros) + " reserved" }
 
