@@ -12,9 +12,12 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
-// eventJSON is one timeline entry.
+// eventJSON is one timeline entry. ID is its place on the timeline; Rev
+// is the run's revision that last wrote it: an entry amended later (a shell
+// command's, when the command ends) keeps its ID and gets a higher Rev.
 type eventJSON struct {
 	ID       int64           `json:"id"`
+	Rev      int64           `json:"rev"`
 	T        float64         `json:"t"` // seconds since the run was queued
 	Category string          `json:"category"`
 	Message  string          `json:"message"`
@@ -26,7 +29,7 @@ func toEventJSON(e store.Event) eventJSON {
 	if len(data) == 0 {
 		data = json.RawMessage("{}")
 	}
-	return eventJSON{ID: e.Seq, T: math.Round(e.T.Seconds()*1000) / 1000, Category: e.Category, Message: e.Message, Data: data}
+	return eventJSON{ID: e.Seq, Rev: e.Rev, T: math.Round(e.T.Seconds()*1000) / 1000, Category: e.Category, Message: e.Message, Data: data}
 }
 
 const (
@@ -87,8 +90,10 @@ func cursor(v, param string) (int64, *apiError) {
 }
 
 // streamEvents sends the timeline as Server-Sent Events, live, until the
-// run has ended and every entry is sent. A reconnecting client resumes after
-// its Last-Event-ID.
+// run has ended and every entry is sent. Entries go out in revision order
+// with their revision as the SSE id, so an amended entry is sent again (same
+// "id" in its data, higher revision) and the client replaces what it had;
+// a reconnecting client resumes after its Last-Event-ID revision.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.Run) {
 	after, apiErr := cursor(r.Header.Get("Last-Event-ID"), "Last-Event-ID")
 	if apiErr != nil {
@@ -112,17 +117,17 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.
 		// Take the wake-up channel before reading so an entry appended
 		// between the read and the wait still wakes us.
 		changed := s.hub.Changed(run.ID)
-		list, err := s.store.Events(ctx, run.ID, after, eventsPage)
+		list, err := s.store.EventsSince(ctx, run.ID, after, eventsPage)
 		if err != nil {
 			s.log.Error("event stream", "run", run.ID, "err", err)
 			return
 		}
 		for _, e := range list {
 			b, _ := json.Marshal(toEventJSON(e))
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: timeline\ndata: %s\n\n", e.Seq, b); err != nil {
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: timeline\ndata: %s\n\n", e.Rev, b); err != nil {
 				return
 			}
-			after = e.Seq
+			after = e.Rev
 		}
 		flusher.Flush()
 		if len(list) == eventsPage {
@@ -136,7 +141,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.
 		if current.Status.Terminal() {
 			// The final entries are written in the same transaction as the
 			// terminal status; one more read after seeing it gets them all.
-			rest, err := s.store.Events(ctx, run.ID, after, eventsPage)
+			rest, err := s.store.EventsSince(ctx, run.ID, after, eventsPage)
 			if err != nil {
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
@@ -106,14 +107,87 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 	}
 }
 
+// A command's entry is streamed when it starts and again, amended, when it
+// ends; a client resuming after the first sending gets the amendment.
+func TestEventStreamResendsAmendedEvents(t *testing.T) {
+	finish := make(chan struct{})
+	h := newHarness(t, harnessConfig{executor: scriptedExecutor(func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+		seq, err := rec.StartContentEvent(time.Now(), timeline.Shell, "$ sleep 60", map[string]any{"command": "sleep 60", "state": timeline.Running})
+		if err != nil {
+			return runs.Result{}, err
+		}
+		select {
+		case <-finish:
+		case <-ctx.Done():
+			return runs.Result{}, ctx.Err()
+		}
+		if err := rec.AmendContentEvent(seq, map[string]any{"command": "sleep 60", "state": timeline.Done, "exit_code": 0, "stdout": "slept\n"}); err != nil {
+			return runs.Result{}, err
+		}
+		return runs.Result{Output: "done"}, nil
+	})})
+	run := h.createRun(productPageRequest)
+
+	req, _ := http.NewRequest("GET", h.url+"/v1/runs/"+run.ID+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	stream := newSSEReader(resp)
+	if e := decodeEvent(t, stream.next(t)); e.Category != timeline.Queued {
+		t.Fatalf("first event %+v", e)
+	}
+	runningSSE := stream.next(t)
+	running := decodeEvent(t, runningSSE)
+	if running.Message != "$ sleep 60" || string(running.Data) != `{"command":"sleep 60","state":"running"}` {
+		t.Fatalf("running entry %+v", running)
+	}
+	close(finish)
+	done := decodeEvent(t, stream.next(t))
+	if done.ID != running.ID || done.Rev <= running.Rev || done.Message != running.Message || done.T != running.T {
+		t.Fatalf("amended entry %+v after %+v: want the same id and t with a higher rev", done, running)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(done.Data, &data); err != nil || data["state"] != "done" || data["stdout"] != "slept\n" {
+		t.Fatalf("amended data %s: %v", done.Data, err)
+	}
+
+	// Resuming after the running entry's SSE id sends its amendment.
+	resumed := h.sse(run.ID, runningSSE.id)
+	if len(resumed) < 2 || resumed[len(resumed)-1].event != "end" {
+		t.Fatalf("resumed stream %+v", resumed)
+	}
+	if e := decodeEvent(t, resumed[0]); e.ID != running.ID || e.Rev != done.Rev || string(e.Data) != string(done.Data) {
+		t.Fatalf("resumed stream starts with %+v, want the amended entry %+v", e, done)
+	}
+	// The JSON list shows the entry once, in its place, as amended.
+	var page struct{ Data []eventJSON }
+	h.do("GET", "/v1/runs/"+run.ID+"/events", "").decode(t, &page)
+	var shell []eventJSON
+	for i, e := range page.Data {
+		if e.ID != int64(i+1) {
+			t.Fatalf("JSON list out of timeline order: %+v", page.Data)
+		}
+		if e.Category == timeline.Shell {
+			shell = append(shell, e)
+		}
+	}
+	if len(shell) != 1 || shell[0].ID != running.ID || shell[0].Rev != done.Rev || string(shell[0].Data) != string(done.Data) {
+		t.Fatalf("JSON list's shell entries %+v, want the amended one once", shell)
+	}
+}
+
 func decodeEvent(t *testing.T, e sseEvent) eventJSON {
 	t.Helper()
 	var ev eventJSON
 	if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
 		t.Fatalf("event %+v: %v", e, err)
 	}
-	if strconv.FormatInt(ev.ID, 10) != e.id {
-		t.Fatalf("SSE id %q but data id %d", e.id, ev.ID)
+	if strconv.FormatInt(ev.Rev, 10) != e.id {
+		t.Fatalf("SSE id %q but data rev %d", e.id, ev.Rev)
 	}
 	return ev
 }
