@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -180,16 +181,17 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.
 		mode = "replayed from " + rt.replayOf
 	}
 	fmt.Fprintf(out, "%s  model %s, %s\n\n", run.ID, spec.Model, mode)
-	var seq int64
+	printer := newTimelinePrinter(out)
+	var rev int64
 	for {
 		changed := hub.Changed(run.ID)
-		events, err := st.Events(context.WithoutCancel(ctx), run.ID, seq, 100)
+		events, err := st.EventsSince(context.WithoutCancel(ctx), run.ID, rev, 100)
 		if err != nil {
 			return store.Run{}, err
 		}
 		for _, ev := range events {
-			printEvent(out, ev)
-			seq = ev.Seq
+			printer.print(ev)
+			rev = ev.Rev
 		}
 		if run, err = st.GetRun(context.WithoutCancel(ctx), org.ID, run.ID); err != nil {
 			return store.Run{}, err
@@ -209,6 +211,7 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.
 			ctx = context.WithoutCancel(ctx)
 		}
 	}
+	printer.finish()
 	if run.Output != nil {
 		label := "Output"
 		if rt.replaying() {
@@ -224,26 +227,94 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.
 
 func (rt *runner) replaying() bool { return rt.replayOf != "" }
 
-// printEvent writes one timeline entry as the product page shows it, with a
-// command's output below it.
-func printEvent(out io.Writer, ev store.Event) {
-	fmt.Fprintf(out, "%6.2f  %-16s %s\n", ev.T.Seconds(), ev.Category, clipLine(ev.Message, 100))
-	if ev.Category != timeline.Shell || len(ev.Data) == 0 {
+// timelinePrinter writes timeline entries as they arrive, as the product
+// page shows them. A command's entry arrives when the command starts and
+// again, amended, when it ends. Results are printed in timeline order, so
+// parallel commands read the same however they finish: a result waits for
+// those of the earlier commands still running. A result goes right below
+// its command's line when nothing was printed in between, else below a
+// line repeating the command with its exit code and duration.
+type timelinePrinter struct {
+	out     io.Writer
+	printed map[int64]bool        // entries whose line is out
+	last    int64                 // the entry printed last
+	pending []int64               // commands whose result is not out, in timeline order
+	ended   map[int64]store.Event // results waiting for earlier commands'
+}
+
+func newTimelinePrinter(out io.Writer) *timelinePrinter {
+	return &timelinePrinter{out: out, printed: map[int64]bool{}, ended: map[int64]store.Event{}}
+}
+
+// commandData is what the printer reads of a shell entry's data.
+type commandData struct {
+	State      timeline.State `json:"state"`
+	Stdout     string         `json:"stdout"`
+	Stderr     string         `json:"stderr"`
+	ExitCode   int            `json:"exit_code"`
+	DurationMS int64          `json:"duration_ms"`
+}
+
+func (p *timelinePrinter) print(ev store.Event) {
+	var data commandData
+	if ev.Category != timeline.Shell || json.Unmarshal(ev.Data, &data) != nil {
+		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
+		p.last = ev.Seq
 		return
 	}
-	var data struct {
-		Stdout   string `json:"stdout"`
-		Stderr   string `json:"stderr"`
-		ExitCode int    `json:"exit_code"`
+	if !slices.Contains(p.pending, ev.Seq) {
+		i, _ := slices.BinarySearch(p.pending, ev.Seq)
+		p.pending = slices.Insert(p.pending, i, ev.Seq)
 	}
-	if json.Unmarshal(ev.Data, &data) != nil {
+	if data.State == timeline.Running {
+		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
+		p.printed[ev.Seq], p.last = true, ev.Seq
 		return
 	}
-	for _, line := range strings.Split(strings.TrimRight(data.Stdout+data.Stderr, "\n"), "\n") {
-		if line != "" {
-			fmt.Fprintf(out, "%25s│ %s\n", "", clipLine(line, 100))
+	p.ended[ev.Seq] = ev
+	for len(p.pending) > 0 {
+		first, ok := p.ended[p.pending[0]]
+		if !ok {
+			return
+		}
+		p.result(first)
+		delete(p.ended, first.Seq)
+		p.pending = p.pending[1:]
+	}
+}
+
+// finish prints the results still waiting, for when an earlier command's
+// result will never come (its entry could not be amended).
+func (p *timelinePrinter) finish() {
+	for _, seq := range p.pending {
+		if ev, ok := p.ended[seq]; ok {
+			p.result(ev)
 		}
 	}
+	p.pending, p.ended = nil, map[int64]store.Event{}
+}
+
+// result prints a finished command's output.
+func (p *timelinePrinter) result(ev store.Event) {
+	var data commandData
+	json.Unmarshal(ev.Data, &data) // print checked it decodes
+	switch {
+	case !p.printed[ev.Seq]:
+		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
+	case p.last != ev.Seq:
+		took := time.Duration(data.DurationMS) * time.Millisecond
+		p.line(ev.T, ev.Category, fmt.Sprintf("%s  → exit %d after %.2f s", clipLine(ev.Message, 100), data.ExitCode, took.Seconds()))
+	}
+	p.printed[ev.Seq], p.last = true, ev.Seq
+	for _, line := range strings.Split(strings.TrimRight(data.Stdout+data.Stderr, "\n"), "\n") {
+		if line != "" {
+			fmt.Fprintf(p.out, "%25s│ %s\n", "", clipLine(line, 100))
+		}
+	}
+}
+
+func (p *timelinePrinter) line(t time.Duration, category, message string) {
+	fmt.Fprintf(p.out, "%6.2f  %-16s %s\n", t.Seconds(), category, message)
 }
 
 func clipLine(s string, n int) string {
