@@ -378,7 +378,9 @@ func TestReplayProductPage(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +MicroVM +microVM ready$`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +MicroVM +worker started · shell on · web off$`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +Model +replay: `),
-		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ pwd; whoami\n +│ /tmp/ephemeral-run-[A-Za-z0-9]{6}/scratch\n +│ worker$`),
+		// A command's result is printed right below it, or below a line
+		// that repeats it when its parallel sibling was printed in between.
+		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ pwd; whoami( +→ exit 0 after [0-9.]+ s)?\n +│ /tmp/ephemeral-run-[A-Za-z0-9]{6}/scratch\n +│ worker$`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ command -v curl .*\n(.*\n)* +│ curl: \(6\) Could not resolve host: example\.com$`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ printf '%s\\n' '#!/usr/bin/env python3'.*\n +│ 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47$`),
 		regexp.MustCompile(`(?m)^ +[0-9.]+ +Shell +\$ printf 'sandbox proof\\n' > /tmp/proof\.txt .*\n +│ -rw-r--r-- 1 worker worker 14 .* /tmp/proof\.txt$`),
