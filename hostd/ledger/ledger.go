@@ -6,6 +6,8 @@
 // Every amount is an integer number of micro-dollars. For each account
 // available + held + charged == credited holds after every transaction; the
 // SQL below moves money between those columns, never creates or drops it.
+// The tables, with that invariant as a CHECK constraint, are created by
+// the store's migrations.
 package ledger
 
 import (
@@ -15,27 +17,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// Schema creates the ledger's tables; the store applies it with its own.
-const Schema = `
-CREATE TABLE IF NOT EXISTS accounts (
-	org_id    TEXT PRIMARY KEY,
-	available INTEGER NOT NULL DEFAULT 0 CHECK (available >= 0),
-	held      INTEGER NOT NULL DEFAULT 0 CHECK (held >= 0),
-	charged   INTEGER NOT NULL DEFAULT 0 CHECK (charged >= 0),
-	credited  INTEGER NOT NULL DEFAULT 0 CHECK (credited >= 0),
-	CHECK (available + held + charged = credited)
-);
-CREATE TABLE IF NOT EXISTS ledger_entries (
-	id         INTEGER PRIMARY KEY,
-	org_id     TEXT NOT NULL,
-	run_id     TEXT,
-	kind       TEXT NOT NULL CHECK (kind IN ('credit', 'hold', 'charge', 'release')),
-	micros     INTEGER NOT NULL CHECK (micros >= 0),
-	created_at INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ledger_entries_org ON ledger_entries (org_id, id);
-`
 
 // ErrInsufficientFunds means the organisation's available balance cannot
 // cover a reservation.

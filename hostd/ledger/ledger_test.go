@@ -1,4 +1,4 @@
-package ledger
+package ledger_test
 
 import (
 	"context"
@@ -9,22 +9,27 @@ import (
 	"sync"
 	"testing"
 
-	_ "modernc.org/sqlite"
+
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
-// openDB opens a real SQLite file with several connections, so concurrent
-// transactions really contend for SQLite's write lock.
+// openDB opens a real SQLite file, created with the store's schema, with
+// several connections, so concurrent transactions really contend for
+// SQLite's write lock (the store itself would queue them on one).
 func openDB(t *testing.T) *sql.DB {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := store.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(Schema); err != nil {
-		t.Fatal(err)
-	}
 	return db
 }
 
@@ -45,10 +50,10 @@ func TestFiftyReservationsAgainstABalanceForTen(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t)
 	if err := inTx(t, db, func(tx *sql.Tx) error {
-		if err := OpenAccount(ctx, tx, "org"); err != nil {
+		if err := ledger.OpenAccount(ctx, tx, "org"); err != nil {
 			return err
 		}
-		return Credit(ctx, tx, "org", 10*40000)
+		return ledger.Credit(ctx, tx, "org", 10*40000)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +62,7 @@ func TestFiftyReservationsAgainstABalanceForTen(t *testing.T) {
 	for i := range 50 {
 		wg.Go(func() {
 			results[i] = inTx(t, db, func(tx *sql.Tx) error {
-				return Reserve(ctx, tx, "org", fmt.Sprint("run_", i), 40000)
+				return ledger.Reserve(ctx, tx, "org", fmt.Sprint("run_", i), 40000)
 			})
 		})
 	}
@@ -67,18 +72,18 @@ func TestFiftyReservationsAgainstABalanceForTen(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case !errors.Is(err, ErrInsufficientFunds):
+		case !errors.Is(err, ledger.ErrInsufficientFunds):
 			t.Fatalf("unexpected error: %v", err)
 		}
 	}
 	if ok != 10 {
 		t.Fatalf("%d reservations succeeded, want exactly 10", ok)
 	}
-	a, err := Balance(ctx, db, "org")
+	a, err := ledger.Balance(ctx, db, "org")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a != (Account{Available: 0, Held: 400000, Charged: 0, Credited: 400000}) {
+	if a != (ledger.Account{Available: 0, Held: 400000, Charged: 0, Credited: 400000}) {
 		t.Fatalf("account %+v", a)
 	}
 	var holds int64
@@ -91,10 +96,10 @@ func TestSettleChargesAtMostTheHoldAndConservesMoney(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t)
 	steps := []func(*sql.Tx) error{
-		func(tx *sql.Tx) error { return OpenAccount(ctx, tx, "org") },
-		func(tx *sql.Tx) error { return Credit(ctx, tx, "org", 100000) },
-		func(tx *sql.Tx) error { return Reserve(ctx, tx, "org", "run_a", 40000) },
-		func(tx *sql.Tx) error { return Reserve(ctx, tx, "org", "run_b", 40000) },
+		func(tx *sql.Tx) error { return ledger.OpenAccount(ctx, tx, "org") },
+		func(tx *sql.Tx) error { return ledger.Credit(ctx, tx, "org", 100000) },
+		func(tx *sql.Tx) error { return ledger.Reserve(ctx, tx, "org", "run_a", 40000) },
+		func(tx *sql.Tx) error { return ledger.Reserve(ctx, tx, "org", "run_b", 40000) },
 	}
 	for _, step := range steps {
 		if err := inTx(t, db, step); err != nil {
@@ -103,33 +108,33 @@ func TestSettleChargesAtMostTheHoldAndConservesMoney(t *testing.T) {
 	}
 	var charged, released int64
 	if err := inTx(t, db, func(tx *sql.Tx) (err error) {
-		charged, released, err = Settle(ctx, tx, "org", "run_a", 40000, 3530)
+		charged, released, err = ledger.Settle(ctx, tx, "org", "run_a", 40000, 3530)
 		return err
 	}); err != nil || charged != 3530 || released != 36470 {
 		t.Fatalf("settle a: %d %d %v", charged, released, err)
 	}
 	// A charge above the hold is capped: a run never costs more than it reserved.
 	if err := inTx(t, db, func(tx *sql.Tx) (err error) {
-		charged, released, err = Settle(ctx, tx, "org", "run_b", 40000, 99999)
+		charged, released, err = ledger.Settle(ctx, tx, "org", "run_b", 40000, 99999)
 		return err
 	}); err != nil || charged != 40000 || released != 0 {
 		t.Fatalf("settle b: %d %d %v", charged, released, err)
 	}
-	a, err := Balance(ctx, db, "org")
+	a, err := ledger.Balance(ctx, db, "org")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a != (Account{Available: 100000 - 43530, Held: 0, Charged: 43530, Credited: 100000}) {
+	if a != (ledger.Account{Available: 100000 - 43530, Held: 0, Charged: 43530, Credited: 100000}) {
 		t.Fatalf("account %+v", a)
 	}
-	if err := inTx(t, db, func(tx *sql.Tx) error { return Reserve(ctx, tx, "org", "run_c", 60000) }); !errors.Is(err, ErrInsufficientFunds) {
+	if err := inTx(t, db, func(tx *sql.Tx) error { return ledger.Reserve(ctx, tx, "org", "run_c", 60000) }); !errors.Is(err, ledger.ErrInsufficientFunds) {
 		t.Fatalf("overdraw: %v", err)
 	}
 	for _, bad := range []int64{0, -1} {
-		if err := inTx(t, db, func(tx *sql.Tx) error { return Credit(ctx, tx, "org", bad) }); err == nil {
+		if err := inTx(t, db, func(tx *sql.Tx) error { return ledger.Credit(ctx, tx, "org", bad) }); err == nil {
 			t.Fatalf("credit %d accepted", bad)
 		}
-		if err := inTx(t, db, func(tx *sql.Tx) error { return Reserve(ctx, tx, "org", "run_d", bad) }); err == nil {
+		if err := inTx(t, db, func(tx *sql.Tx) error { return ledger.Reserve(ctx, tx, "org", "run_d", bad) }); err == nil {
 			t.Fatalf("reserve %d accepted", bad)
 		}
 	}

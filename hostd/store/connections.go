@@ -25,18 +25,6 @@ type ConnectionRecord struct {
 // connection of that name.
 var ErrConnectionExists = errors.New("connection already exists")
 
-const connectionsSchema = `
-CREATE TABLE IF NOT EXISTS connections (
-	org_id         TEXT NOT NULL REFERENCES orgs (id),
-	name           TEXT NOT NULL,
-	base_url       TEXT NOT NULL,
-	methods        TEXT NOT NULL, -- comma-separated
-	sealed_headers BLOB NOT NULL,
-	created_at     INTEGER NOT NULL,
-	PRIMARY KEY (org_id, name)
-);
-`
-
 // AddConnection stores c; it fails with ErrConnectionExists rather than
 // silently replacing a secret.
 func (s *Store) AddConnection(ctx context.Context, c ConnectionRecord) error {

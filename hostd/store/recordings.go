@@ -15,13 +15,6 @@ var ErrZeroRetention = errors.New("run has zero data retention")
 // A recording is run content (prompts, model answers, command output): it
 // lives in its own table, keyed by run, so that purging a run deletes it
 // and listing runs never loads it.
-const recordingsSchema = `
-CREATE TABLE IF NOT EXISTS recordings (
-	run_id TEXT PRIMARY KEY REFERENCES runs (id),
-	data   TEXT NOT NULL
-);
-`
-
 // SaveRecording stores, or replaces, the recording of a run's model
 // exchanges: the JSON document package recording encodes. Only a run that
 // is still active may be given one, because a finished run's content may
