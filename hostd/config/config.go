@@ -1,0 +1,231 @@
+// Package config is the one table of everything Ephemeral's daemon and CLI
+// read: each setting has a command-line flag, an EPHEMERAL_* environment
+// variable and a key in the JSON configuration file, and one rule decides
+// between them: flag > environment > file > default.
+//
+// The package reads no environment and no files by itself: Load is handed
+// the command line's values, a getenv and a readFile, so it can be tested
+// and so libraries further down never look around for settings. The
+// composition root (package system) turns a Config into the daemon.
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config is every setting, typed. Defaults returns its default values.
+type Config struct {
+	StateDir string
+	Listen   string
+	// VMM is "auto", "qemu" or "cloud-hypervisor".
+	VMM string
+
+	Retention       time.Duration
+	JanitorInterval time.Duration
+	ShutdownTimeout time.Duration
+
+	MaxConcurrentRuns   int
+	MaxActiveRunsPerOrg int
+	MaxCostMicros       int64
+	MaxModelTurns       int
+	CommandTimeout      time.Duration
+
+	DefaultModel             string
+	ComputeMicrosPerVMSecond int64
+	WebMicrosPerRequest      int64
+
+	OpenAIBaseURL        string
+	OpenAIAPIKey         string
+	OpenAIMaxTokensField string
+	AnthropicBaseURL     string
+	AnthropicAPIKey      string
+	// ModelsFile names a JSON file of further models and price overrides
+	// (see registry.ModelsFile).
+	ModelsFile string
+
+	// SecretKey is the key sealing connection secrets (64 hex digits);
+	// empty means the state directory's key file.
+	SecretKey string
+}
+
+// VMM choices.
+const (
+	VMMAuto            = "auto"
+	VMMQEMU            = "qemu"
+	VMMCloudHypervisor = "cloud-hypervisor"
+)
+
+// Defaults is the configuration nothing overrides.
+func Defaults() Config {
+	return Config{
+		StateDir:        "/var/lib/ephemeral",
+		Listen:          "127.0.0.1:8080",
+		VMM:             VMMAuto,
+		Retention:       30 * 24 * time.Hour,
+		JanitorInterval: time.Hour,
+		ShutdownTimeout: 30 * time.Second,
+		// Each microVM needs about a core under TCG.
+		MaxConcurrentRuns:        max(1, runtime.NumCPU()),
+		MaxActiveRunsPerOrg:      10,
+		MaxCostMicros:            100_000_000,
+		MaxModelTurns:            20,
+		CommandTimeout:           60 * time.Second,
+		DefaultModel:             "openai/gpt-6-luna",
+		ComputeMicrosPerVMSecond: 240,
+		WebMicrosPerRequest:      100,
+	}
+}
+
+// ConfigFileSetting is the setting that names the configuration file; it
+// is read from the flag or the environment only.
+const ConfigFileSetting = "config"
+
+// Setting is one row of the table.
+type Setting struct {
+	// Name is the flag (--name) and the file key.
+	Name  string
+	Usage string
+	// Secret values are never printed.
+	Secret bool
+	// field points into a Config: *string, *int, *int64 or
+	// *time.Duration. Nil only for ConfigFileSetting.
+	field func(*Config) any
+}
+
+// Env is the setting's environment variable: EPHEMERAL_ and the name in
+// upper case with dashes as underscores.
+func (s Setting) Env() string {
+	return "EPHEMERAL_" + strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+}
+
+// Flag is the setting's command-line flag.
+func (s Setting) Flag() string { return "--" + s.Name }
+
+// Kind names the setting's type as a user writes it.
+func (s Setting) Kind() string {
+	if s.field == nil {
+		return "path"
+	}
+	switch s.field(&Config{}).(type) {
+	case *int, *int64:
+		return "integer"
+	case *time.Duration:
+		return "duration"
+	}
+	return "string"
+}
+
+// DefaultText is the default value as a user would write it.
+func (s Setting) DefaultText() string {
+	if s.field == nil {
+		return ""
+	}
+	d := Defaults()
+	return format(s.field(&d))
+}
+
+// Value is the setting's value in c, as a user would write it.
+func (s Setting) Value(c *Config) string {
+	if s.field == nil {
+		return ""
+	}
+	return format(s.field(c))
+}
+
+// Settings is the table, in the order help and --print-config list it.
+var Settings = []Setting{
+	{Name: ConfigFileSetting, Usage: "JSON configuration file; its keys are the setting names"},
+	{Name: "state-dir", Usage: "directory for images, VM state, the database and the secret key", field: func(c *Config) any { return &c.StateDir }},
+	{Name: "listen", Usage: "address the API serves on (host:port)", field: func(c *Config) any { return &c.Listen }},
+	{Name: "vmm", Usage: "VMM: auto (Cloud Hypervisor with hardware KVM, else QEMU), qemu or cloud-hypervisor", field: func(c *Config) any { return &c.VMM }},
+	{Name: "retention", Usage: "how long a run's content (prompt, timeline, output, recording) is kept", field: func(c *Config) any { return &c.Retention }},
+	{Name: "janitor-interval", Usage: "how often expired content is purged", field: func(c *Config) any { return &c.JanitorInterval }},
+	{Name: "shutdown-timeout", Usage: "how long a graceful shutdown waits for requests", field: func(c *Config) any { return &c.ShutdownTimeout }},
+	{Name: "max-concurrent-runs", Usage: "runs executing at once (default: one per CPU)", field: func(c *Config) any { return &c.MaxConcurrentRuns }},
+	{Name: "max-active-runs-per-org", Usage: "queued plus running runs per organisation before 429", field: func(c *Config) any { return &c.MaxActiveRunsPerOrg }},
+	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
+	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
+	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
+	{Name: "default-model", Usage: "model used when a request names none", field: func(c *Config) any { return &c.DefaultModel }},
+	{Name: "compute-micros-per-vm-second", Usage: "compute price in micro-dollars per VM-second", field: func(c *Config) any { return &c.ComputeMicrosPerVMSecond }},
+	{Name: "web-micros-per-request", Usage: "price of one brokered web request in micro-dollars", field: func(c *Config) any { return &c.WebMicrosPerRequest }},
+	{Name: "openai-base-url", Usage: "OpenAI-compatible Chat Completions base URL, ending before /chat/completions (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp)", field: func(c *Config) any { return &c.OpenAIBaseURL }},
+	{Name: "openai-api-key", Usage: "API key of the OpenAI-compatible provider", Secret: true, field: func(c *Config) any { return &c.OpenAIAPIKey }},
+	{Name: "openai-max-tokens-field", Usage: "max_tokens or max_completion_tokens (default: the latter for OpenAI's own API)", field: func(c *Config) any { return &c.OpenAIMaxTokensField }},
+	{Name: "anthropic-base-url", Usage: "Anthropic Messages base URL, ending before /v1/messages", field: func(c *Config) any { return &c.AnthropicBaseURL }},
+	{Name: "anthropic-api-key", Usage: "Anthropic API key", Secret: true, field: func(c *Config) any { return &c.AnthropicAPIKey }},
+	{Name: "models-file", Usage: `JSON file of models and prices: {"models":[{"name","provider","price"}]}`, field: func(c *Config) any { return &c.ModelsFile }},
+	{Name: "secret-key", Usage: "key sealing connection secrets, 64 hex digits (default: <state-dir>/secret.key)", Secret: true, field: func(c *Config) any { return &c.SecretKey }},
+}
+
+// Lookup finds a setting by name.
+func Lookup(name string) (Setting, bool) {
+	for _, s := range Settings {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// Validate checks what no single value's type can: ranges and choices.
+func (c Config) Validate() error {
+	var problems []string
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
+	}
+	if c.StateDir == "" {
+		bad("state-dir", "must not be empty")
+	}
+	if c.Listen == "" {
+		bad("listen", "must not be empty")
+	}
+	switch c.VMM {
+	case VMMAuto, VMMQEMU, VMMCloudHypervisor:
+	default:
+		bad("vmm", "%q: want %s, %s or %s", c.VMM, VMMAuto, VMMQEMU, VMMCloudHypervisor)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"retention", c.Retention}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout}} {
+		if d.v <= 0 {
+			bad(d.name, "must be a positive duration, got %v", d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{{"max-concurrent-runs", int64(c.MaxConcurrentRuns)}, {"max-active-runs-per-org", int64(c.MaxActiveRunsPerOrg)},
+		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)}} {
+		if n.v <= 0 {
+			bad(n.name, "must be positive, got %d", n.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest}} {
+		if n.v < 0 {
+			bad(n.name, "must not be negative, got %d", n.v)
+		}
+	}
+	switch c.OpenAIMaxTokensField {
+	case "", "max_tokens", "max_completion_tokens":
+	default:
+		bad("openai-max-tokens-field", "%q: want max_tokens or max_completion_tokens", c.OpenAIMaxTokensField)
+	}
+	if c.SecretKey != "" {
+		if raw, err := hex.DecodeString(c.SecretKey); err != nil || len(raw) != 32 {
+			bad("secret-key", "must be 64 hex digits")
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("config: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
