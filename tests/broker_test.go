@@ -24,7 +24,6 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
-	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
 	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
@@ -167,7 +166,7 @@ func connectionBroker(t *testing.T, up *connectionUpstream, secret string) (*bro
 			PlainHTTPConnections: true,
 		},
 	})
-	return b, broker.Grants{OrgID: org.ID, Connections: []runs.Connection{{Name: "crm", Methods: []string{"GET"}}}}
+	return b, broker.Grants{OrgID: org.ID, Connections: []broker.ConnectionGrant{{Name: "crm", Methods: []string{"GET"}}}}
 }
 
 // testResolver maps test names to addresses; it never asks DNS.

@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,12 +18,11 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
+	"github.com/ephemeralhq/ephemeral/hostd/config"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
-	"github.com/ephemeralhq/ephemeral/hostd/ledger"
-	"github.com/ephemeralhq/ephemeral/hostd/model"
-	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
 )
@@ -157,72 +159,84 @@ func TestBlockedEgressOnTheTimeline(t *testing.T) {
 	checkCost(t, run)
 }
 
-// inProcessRun runs spec through a runs service on a throwaway database
-// with the agent booting real sandboxes of m behind broker b, as the
-// daemon does; the test's own broker reaches the test's upstreams.
-func inProcessRun(t *testing.T, boot agent.BootFunc, rates ledger.Rates, spec runs.Spec, script ...fakeprovider.Turn) (store.Run, []store.Event, *fakeprovider.Server) {
+// inProcessRun runs spec on a daemon built by the composition root, as
+// `ephemeral serve` is, but in-process so that the test can give its
+// broker a resolver and a test hook that reach the test's own upstream
+// (no configuration reaches them). The daemon's sandboxes live in a
+// directory of the test's own, checked empty at the end.
+func inProcessRun(t *testing.T, cfg config.Config, opts system.Options, spec runs.Spec, script ...fakeprovider.Turn) (store.Run, []store.Event, *fakeprovider.Server) {
 	t.Helper()
+	requireVM(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "ephemeral.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	org, err := st.CreateOrg(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Credit(ctx, org.ID, spec.MaxCostMicros); err != nil {
-		t.Fatal(err)
-	}
 	fake := fakeprovider.New(script...)
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
-	price := model.Price{InputMicrosPerMTok: 50_000, OutputMicrosPerMTok: 400_000}
-	models, err := registry.New(registry.Config{
-		OpenAI: registry.ProviderConfig{BaseURL: srv.URL + "/v1"},
-		Models: []registry.ModelConfig{{Name: spec.Model, Provider: registry.ProviderOpenAI, Price: &price}},
-	})
+	dir := t.TempDir()
+	models := filepath.Join(dir, "models.json")
+	if err := os.WriteFile(models, []byte(`{"models": [{"name": "`+spec.Model+`", "provider": "openai",
+		"price": {"input_micros_per_mtok": 50000, "output_micros_per_mtok": 400000}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir, cfg.OpenAIBaseURL, cfg.ModelsFile, cfg.MaxConcurrentRuns = stateDir(), srv.URL+"/v1", models, 1
+	opts.Database, opts.SandboxDir, opts.Logger = filepath.Join(dir, "ephemeral.db"), filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(t.Output(), nil))
+	sys, err := system.New(ctx, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := agent.New(agent.Config{Boot: boot, Models: models})
+	defer func() {
+		if err := sys.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		assertNothingLeft(t, opts.SandboxDir)
+	}()
+	if err := sys.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	org, err := sys.Store.CreateOrg(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := timeline.NewHub()
-	svc := runs.New(st, hub, runs.Config{Executor: exec, Rates: rates, MaxConcurrent: 1})
-	serveCtx, stop := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() { defer close(served); svc.Serve(serveCtx, time.Hour) }()
-	defer func() { stop(); <-served }()
-
+	if _, err := sys.Store.Credit(ctx, org.ID, spec.MaxCostMicros); err != nil {
+		t.Fatal(err)
+	}
 	spec.OrgID = org.ID
 	canonical, _ := json.Marshal(spec)
-	r, _, err := svc.Submit(ctx, runs.Submission{Spec: spec, Canonical: canonical})
+	r, _, err := sys.Runs.Submit(ctx, runs.Submission{Spec: spec, Canonical: canonical})
 	if err != nil {
 		t.Fatal(err)
 	}
-	giveUp := time.After(4 * time.Minute)
-	for !r.Status.Terminal() {
-		changed := hub.Changed(r.ID)
-		if r, err = st.GetRun(ctx, org.ID, r.ID); err != nil {
-			t.Fatal(err)
-		}
-		if r.Status.Terminal() {
-			break
-		}
-		select {
-		case <-changed:
-		case <-giveUp:
-			t.Fatalf("run %s still %s", r.ID, r.Status)
-		}
+	followCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	var events eventList
+	if r, err = sys.Runs.Follow(followCtx, org.ID, r.ID, 0, &events); err != nil {
+		t.Fatalf("run %s: %v", r.ID, err)
 	}
-	events, err := st.Events(ctx, r.ID, 0, 1000)
-	if err != nil {
-		t.Fatal(err)
+	return r, events.inTimelineOrder(), fake
+}
+
+// eventList collects a followed run's timeline, amendments replacing the
+// entries they amend.
+type eventList struct{ bySeq map[int64]store.Event }
+
+func (l *eventList) Events(batch []store.Event) error {
+	if l.bySeq == nil {
+		l.bySeq = map[int64]store.Event{}
 	}
-	return r, events, fake
+	for _, e := range batch {
+		l.bySeq[e.Seq] = e
+	}
+	return nil
+}
+
+func (l *eventList) Idle() error { return nil }
+
+func (l *eventList) inTimelineOrder() []store.Event {
+	var out []store.Event
+	for _, e := range l.bySeq {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b store.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
 }
 
 // A run with web, in a real microVM behind a real broker: the model
@@ -232,18 +246,19 @@ func inProcessRun(t *testing.T, boot agent.BootFunc, rates ledger.Rates, spec ru
 // test hook lets the broker reach, so this runs in-process rather than
 // through the daemon (which has no such hook).
 func TestWebRunInAMicroVM(t *testing.T) {
-	m, _ := newManager(t)
+	requireVM(t)
 	page := "page-" + randomHex(8)
 	up := newUpstreamHost(t, page)
-	b := broker.New(broker.Config{
-		Resolver:        testResolver{"upstream.test": up.addr},
-		UnsafeTestHooks: &broker.TestHooks{AllowAddress: func(a netip.Addr) bool { return a == up.addr }},
-	})
-	rates := ledger.Rates{ComputeMicrosPerVMSecond: ledger.DefaultRates.ComputeMicrosPerVMSecond, WebMicrosPerRequest: 250}
+	cfg := config.Defaults()
+	cfg.WebMicrosPerRequest = 250
+	opts := system.Options{
+		BrokerResolver:        testResolver{"upstream.test": up.addr},
+		UnsafeBrokerTestHooks: &broker.TestHooks{AllowAddress: func(a netip.Addr) bool { return a == up.addr }},
+	}
 	url := "http://upstream.test:8080/hello"
 	spec := runs.Spec{Prompt: "Fetch the page twice.", Model: "test/model", Shell: true, Web: true,
 		Timeout: 2 * time.Minute, MaxCostMicros: 40_000}
-	r, events, fake := inProcessRun(t, agent.SandboxBoot(m, b), rates, spec,
+	r, events, fake := inProcessRun(t, cfg, opts, spec,
 		fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{
 			toolCall("tool", agent.WebFetchTool, map[string]string{"url": url}),
 			shellCall("curl", "curl -sS -m 30 "+url),
@@ -276,8 +291,8 @@ func TestWebRunInAMicroVM(t *testing.T) {
 	if !slices.Contains(lines, "MicroVM: worker started · shell on · web on") {
 		t.Errorf("timeline:\n%s", strings.Join(lines, "\n"))
 	}
-	if r.Usage.WebRequests != 2 || r.Cost.Web != 2*rates.WebMicrosPerRequest {
-		t.Errorf("%d web requests cost %d micros, want 2 × %d", r.Usage.WebRequests, r.Cost.Web, rates.WebMicrosPerRequest)
+	if r.Usage.WebRequests != 2 || r.Cost.Web != 2*cfg.WebMicrosPerRequest {
+		t.Errorf("%d web requests cost %d micros, want 2 × %d", r.Usage.WebRequests, r.Cost.Web, cfg.WebMicrosPerRequest)
 	}
 	if r.Reserved != r.Charged+r.Released || r.Cost.Total() != r.Charged || r.Cost.Compute <= 0 {
 		t.Errorf("cost %+v, charged %d, reserved %d, released %d", r.Cost, r.Charged, r.Reserved, r.Released)

@@ -15,8 +15,8 @@ import (
 // secret; the key it is sealed with is private to root.
 func TestCLIConnectionSecretsStaySealed(t *testing.T) {
 	state := t.TempDir() // no VM needed: only the database and the key
-	t.Setenv(seal.EnvVar, "")
-	os.Unsetenv(seal.EnvVar)
+	t.Setenv("EPHEMERAL_SECRET_KEY", "")
+	os.Unsetenv("EPHEMERAL_SECRET_KEY")
 	secret := "canary-" + randomHex(12)
 
 	r := runCLI(t, state, "admin", "org", "create", "acme")

@@ -33,7 +33,7 @@ func requireVM(t testing.TB) {
 		why = "VM tests run as root (sudo make test)"
 	} else if _, err := image.Load(stateDir()); err != nil {
 		why = err.Error() + " (or: make image)"
-	} else if _, err := sandbox.Detect(); err != nil {
+	} else if _, err := sandbox.Detect("auto"); err != nil {
 		why = err.Error()
 	}
 	if why == "" {

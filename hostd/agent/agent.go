@@ -164,7 +164,7 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, map[string]any{"boot_ms": ready.Sub(bootStart).Milliseconds()}); err != nil {
 		return runs.Result{}, err
 	}
-	if broker.GrantsOf(spec).NeedsBroker() && machine.Egress == nil {
+	if spec.NeedsEgress() && machine.Egress == nil {
 		// Fail closed: tools offered without a broker behind them would
 		// fail every call, and the VM would have no way out either.
 		return runs.Result{}, errors.New("agent: the run is granted web or connections, but its microVM came without a broker")

@@ -178,16 +178,33 @@ func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.T
 // the run needs one.
 func (e *env) boot(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (Machine, error) {
 	m := Machine{VM: e.vm, Firewall: e.firewall}
-	grants := broker.GrantsOf(spec)
-	if e.broker == nil || !grants.NeedsBroker() {
+	if e.broker == nil || !spec.NeedsEgress() {
 		return m, nil
 	}
-	s, err := e.broker.Open(ctx, grants, broker.RunObserver{Rec: rec})
+	grants := broker.Grants{OrgID: spec.OrgID, Web: spec.Web}
+	for _, c := range spec.Connections {
+		grants.Connections = append(grants.Connections, broker.ConnectionGrant{Name: c.Name, Methods: c.Methods})
+	}
+	s, err := e.broker.Open(ctx, grants, recObserver{rec})
 	if err != nil {
 		return Machine{}, err
 	}
 	m.VM, m.Egress = &sessionVM{fakeVM: e.vm, session: s}, s
 	return m, nil
+}
+
+// recObserver puts the broker's events on the run's timeline and bill, as
+// the daemon's adapter (system.RunObserver) does.
+type recObserver struct{ rec *runs.Recorder }
+
+func (o recObserver) ChargeWeb() error { return o.rec.Charge(ledger.Usage{WebRequests: 1}) }
+
+func (o recObserver) Record(e broker.Event) {
+	category := timeline.Web
+	if e.Connection != "" {
+		category = timeline.Connection
+	}
+	o.rec.ContentEventAt(e.Start, category, e.Message(), map[string]any{"status": e.Status, "bytes": e.Bytes})
 }
 
 // sessionVM ends its broker session when destroyed, as the daemon's

@@ -1,13 +1,13 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -32,10 +32,7 @@ func toEventJSON(e store.Event) eventJSON {
 	return eventJSON{ID: e.Seq, Rev: e.Rev, T: math.Round(e.T.Seconds()*1000) / 1000, Category: e.Category, Message: e.Message, Data: data}
 }
 
-const (
-	eventsPage        = 500
-	heartbeatInterval = 15 * time.Second
-)
+const eventsPage = 500
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request, orgID string) {
 	run, ok := s.loadRun(w, r, orgID)
@@ -93,7 +90,9 @@ func cursor(v, param string) (int64, *apiError) {
 // run has ended and every entry is sent. Entries go out in revision order
 // with their revision as the SSE id, so an amended entry is sent again (same
 // "id" in its data, higher revision) and the client replaces what it had;
-// a reconnecting client resumes after its Last-Event-ID revision.
+// a reconnecting client resumes after its Last-Event-ID revision. A client
+// that reconnects to a finished run it has every entry of gets 204 No
+// Content, which tells EventSource to stop reconnecting.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.Run) {
 	after, apiErr := cursor(r.Header.Get("Last-Event-ID"), "Last-Event-ID")
 	if apiErr != nil {
@@ -105,64 +104,63 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.
 		s.internalError(w, r, fmt.Errorf("api: response writer cannot flush"))
 		return
 	}
+	if run.Status.Terminal() && after > 0 {
+		rest, err := s.store.EventsSince(r.Context(), run.ID, after, 1)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if len(rest) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
-	heartbeat := time.NewTicker(heartbeatInterval)
-	defer heartbeat.Stop()
-	ctx := r.Context()
-	for {
-		// Take the wake-up channel before reading so an entry appended
-		// between the read and the wait still wakes us.
-		changed := s.hub.Changed(run.ID)
-		list, err := s.store.EventsSince(ctx, run.ID, after, eventsPage)
-		if err != nil {
+	// The stream also ends when the daemon shuts down: http.Server's
+	// Shutdown waits for handlers but does not cancel them.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.closingCtx, cancel)
+	defer stop()
+	ended, err := s.runs.Follow(ctx, run.OrgID, run.ID, after, sseWriter{w: w, flusher: flusher})
+	if err != nil {
+		if ctx.Err() == nil {
 			s.log.Error("event stream", "run", run.ID, "err", err)
-			return
 		}
-		for _, e := range list {
-			b, _ := json.Marshal(toEventJSON(e))
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: timeline\ndata: %s\n\n", e.Rev, b); err != nil {
-				return
-			}
-			after = e.Rev
-		}
-		flusher.Flush()
-		if len(list) == eventsPage {
-			continue
-		}
-		current, err := s.store.GetRun(ctx, run.OrgID, run.ID)
+		return
+	}
+	fmt.Fprintf(w, "event: end\ndata: {\"status\":%q}\n\n", ended.Status)
+	flusher.Flush()
+}
+
+// sseWriter writes timeline entries as SSE "timeline" events.
+type sseWriter struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+}
+
+func (sw sseWriter) Events(batch []store.Event) error {
+	for _, e := range batch {
+		b, err := json.Marshal(toEventJSON(e))
 		if err != nil {
-			s.log.Error("event stream", "run", run.ID, "err", err)
-			return
+			return err
 		}
-		if current.Status.Terminal() {
-			// The final entries are written in the same transaction as the
-			// terminal status; one more read after seeing it gets them all.
-			rest, err := s.store.EventsSince(ctx, run.ID, after, eventsPage)
-			if err != nil {
-				return
-			}
-			if len(rest) > 0 {
-				continue
-			}
-			fmt.Fprintf(w, "event: end\ndata: {\"status\":%q}\n\n", current.Status)
-			flusher.Flush()
-			return
-		}
-		select {
-		case <-changed:
-		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
-			flusher.Flush()
-		case <-ctx.Done():
-			return
-		case <-s.closing:
-			return
+		if _, err := fmt.Fprintf(sw.w, "id: %d\nevent: timeline\ndata: %s\n\n", e.Rev, b); err != nil {
+			return err
 		}
 	}
+	sw.flusher.Flush()
+	return nil
+}
+
+func (sw sseWriter) Idle() error {
+	if _, err := fmt.Fprint(sw.w, ": keep-alive\n\n"); err != nil {
+		return err
+	}
+	sw.flusher.Flush()
+	return nil
 }

@@ -99,6 +99,12 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 		resp.apiError(t).Param != "Last-Event-ID" {
 		t.Fatalf("bad Last-Event-ID: %d %s", resp.status, resp.body)
 	}
+	// A finished run's stream, resumed after its last entry, ends for
+	// good: 204 makes EventSource stop reconnecting.
+	last := all[len(all)-2].id
+	if resp := h.do("GET", "/v1/runs/"+run.ID+"/events", "", "Accept", "text/event-stream", "Last-Event-ID", last); resp.status != http.StatusNoContent || len(resp.body) != 0 {
+		t.Fatalf("reconnect after the last entry %s of a finished run: %d %q, want 204", last, resp.status, resp.body)
+	}
 	// The JSON form pages with ?after= the same way.
 	var page struct{ Data []eventJSON }
 	h.do("GET", "/v1/runs/"+run.ID+"/events?after=5", "").decode(t, &page)

@@ -123,7 +123,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
 		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
-	srv := New(st, svc, hub, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
+	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)
 	ts.Start()

@@ -8,12 +8,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
-	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
 // Config tunes request validation.
@@ -36,29 +34,26 @@ type limits struct {
 type Server struct {
 	store *store.Store
 	runs  *runs.Service
-	hub   *timeline.Hub
 	lim   limits
 	log   *slog.Logger
 
-	// closing ends live event streams when the daemon shuts down, since
-	// http.Server.Shutdown waits for handlers but does not cancel them.
-	closing     chan struct{}
-	closingOnce sync.Once
+	// closingCtx ends live event streams when the daemon shuts down,
+	// since http.Server.Shutdown waits for handlers but does not cancel
+	// them.
+	closingCtx   context.Context
+	CloseStreams context.CancelFunc // register with http.Server.RegisterOnShutdown
 }
 
-// CloseStreams ends every live event stream; register it with
-// http.Server.RegisterOnShutdown.
-func (s *Server) CloseStreams() { s.closingOnce.Do(func() { close(s.closing) }) }
-
 // New creates the API server.
-func New(st *store.Store, svc *runs.Service, hub *timeline.Hub, cfg Config) *Server {
+func New(st *store.Store, svc *runs.Service, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxCostMicros <= 0 {
 		cfg.MaxCostMicros = 100_000_000
 	}
-	return &Server{store: st, runs: svc, hub: hub, log: cfg.Logger, closing: make(chan struct{}),
+	closingCtx, closeStreams := context.WithCancel(context.Background())
+	return &Server{store: st, runs: svc, log: cfg.Logger, closingCtx: closingCtx, CloseStreams: closeStreams,
 		lim: limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel}}
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
-	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
 // ConnectionsHost is the name under which the guest reaches connections:
@@ -141,12 +140,14 @@ func New(cfg Config) *Broker {
 type Grants struct {
 	OrgID       string
 	Web         bool
-	Connections []runs.Connection
+	Connections []ConnectionGrant
 }
 
-// GrantsOf extracts a run's grants from its spec.
-func GrantsOf(spec runs.Spec) Grants {
-	return Grants{OrgID: spec.OrgID, Web: spec.Web, Connections: spec.Connections}
+// ConnectionGrant lets a run call one of its organisation's connections
+// with these HTTP methods.
+type ConnectionGrant struct {
+	Name    string
+	Methods []string
 }
 
 // NeedsBroker reports whether a run with g needs a brokered sandbox at
@@ -186,7 +187,8 @@ type Event struct {
 	Err string
 }
 
-// Observer is how a Session reports to its run (see NewRunObserver).
+// Observer is how a Session reports to its run: it charges and records
+// on the run's bill and timeline.
 type Observer interface {
 	// ChargeWeb is called once per web request or tunnel the policy
 	// admitted, before anything is sent; an error refuses the request.
@@ -239,14 +241,4 @@ func (r *refusal) Error() string {
 
 func refuse(status int, format string, args ...any) *refusal {
 	return &refusal{status: status, reason: fmt.Sprintf(format, args...)}
-}
-
-// RefusedStatus reports the status of an error that means the broker
-// refused the request, for the tools to tell the model.
-func RefusedStatus(err error) (int, bool) {
-	var r *refusal
-	if errors.As(err, &r) {
-		return r.status, true
-	}
-	return 0, false
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
-	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
 const canary = "Bearer canary-7f3a9e"
@@ -29,8 +28,8 @@ func crmConnection(t *testing.T, up *upstream, methods ...string) connections.Co
 		Headers: http.Header{"Authorization": {canary}, "X-Tenant": {"acme"}}}
 }
 
-func connGrant(name string, methods ...string) []runs.Connection {
-	return []runs.Connection{{Name: name, Methods: methods}}
+func connGrant(name string, methods ...string) []ConnectionGrant {
+	return []ConnectionGrant{{Name: name, Methods: methods}}
 }
 
 func connectionProxy(t *testing.T, up *upstream, orgAllows []string, grant ...string) *testProxy {
@@ -128,7 +127,7 @@ func TestConnectionNotGrantedOrUnloadable(t *testing.T) {
 		UnsafeTestHooks: &TestHooks{AllowAddress: allowLoopback, PlainHTTPConnections: true},
 	}
 	// "gone" was granted but removed from the organisation since.
-	p := startProxy(t, cfg, Grants{Connections: []runs.Connection{{Name: "crm", Methods: []string{"GET"}}, {Name: "gone", Methods: []string{"GET"}}}})
+	p := startProxy(t, cfg, Grants{Connections: []ConnectionGrant{{Name: "crm", Methods: []string{"GET"}}, {Name: "gone", Methods: []string{"GET"}}}})
 	for path, want := range map[string]int{"/billing/x": 403, "/gone/x": 503, "/crm/x": 200} {
 		resp, err := p.client.Get("http://connections.internal" + path)
 		if err != nil {

@@ -191,3 +191,13 @@ func readAll(resp *http.Response) string {
 		}
 	}
 }
+
+// RefusedStatus reports the status of an error that means the broker
+// refused the request.
+func RefusedStatus(err error) (int, bool) {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.status, true
+	}
+	return 0, false
+}

@@ -50,6 +50,10 @@ type Config struct {
 	// SecretKey is the key sealing connection secrets (64 hex digits);
 	// empty means the state directory's key file.
 	SecretKey string
+
+	// DebianMirror is where `ephemeral image build` gets the guest's
+	// packages.
+	DebianMirror string
 }
 
 // VMM choices.
@@ -77,6 +81,7 @@ func Defaults() Config {
 		DefaultModel:             "openai/gpt-6-luna",
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
+		DebianMirror:             "http://deb.debian.org/debian",
 	}
 }
 
@@ -101,9 +106,6 @@ type Setting struct {
 func (s Setting) Env() string {
 	return "EPHEMERAL_" + strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
 }
-
-// Flag is the setting's command-line flag.
-func (s Setting) Flag() string { return "--" + s.Name }
 
 // Kind names the setting's type as a user writes it.
 func (s Setting) Kind() string {
@@ -160,6 +162,7 @@ var Settings = []Setting{
 	{Name: "anthropic-api-key", Usage: "Anthropic API key", Secret: true, field: func(c *Config) any { return &c.AnthropicAPIKey }},
 	{Name: "models-file", Usage: `JSON file of models and prices: {"models":[{"name","provider","price"}]}`, field: func(c *Config) any { return &c.ModelsFile }},
 	{Name: "secret-key", Usage: "key sealing connection secrets, 64 hex digits (default: <state-dir>/secret.key)", Secret: true, field: func(c *Config) any { return &c.SecretKey }},
+	{Name: "debian-mirror", Usage: "Debian mirror the guest image is built from (ephemeral image build)", field: func(c *Config) any { return &c.DebianMirror }},
 }
 
 // Lookup finds a setting by name.

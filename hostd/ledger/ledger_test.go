@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )

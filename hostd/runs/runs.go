@@ -40,6 +40,10 @@ type Spec struct {
 	ZeroDataRetention bool
 }
 
+// NeedsEgress reports whether the run may reach anything outside its VM
+// (web or connections): such a run needs the broker.
+func (s Spec) NeedsEgress() bool { return s.Web || len(s.Connections) > 0 }
+
 // Connection grants the run calls to a stored connection with these HTTP methods.
 type Connection struct {
 	Name    string   `json:"name"`
@@ -65,12 +69,9 @@ type Executor interface {
 	Execute(ctx context.Context, spec Spec, rec *Recorder) (Result, error)
 }
 
-// ErrAgentNotWired fails runs while no Executor is configured.
-var ErrAgentNotWired = errors.New("the agent is not wired into this daemon yet: runs cannot execute")
-
 // Config tunes the service.
 type Config struct {
-	Executor        Executor // nil: every run fails with ErrAgentNotWired
+	Executor        Executor // required
 	Rates           ledger.Rates
 	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
 	MaxActivePerOrg int           // queued+running runs per organisation
@@ -127,6 +128,9 @@ const volatileTTL = time.Hour
 
 // New creates the service. Call Recover before accepting requests.
 func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
+	if cfg.Executor == nil {
+		panic("runs: Config.Executor is required")
+	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent()
 	}
@@ -321,9 +325,6 @@ func (e *runError) Error() string   { return e.err.Error() }
 func (e *runError) Unwrap() []error { return []error{e.err, e.cause} }
 
 func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
-	if s.cfg.Executor == nil {
-		return Result{}, ErrAgentNotWired
-	}
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, spec.Timeout, errTimeout)
 	defer cancelTimeout()
 	ctx, stop := context.WithCancelCause(ctx)
@@ -355,8 +356,6 @@ func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st s
 		return store.Canceled, "canceled", timeline.Canceled, "canceled by request"
 	case errors.Is(cause, errShutdown):
 		return store.Failed, "daemon_shutdown", timeline.Failed, "the daemon shut down while this run was active"
-	case errors.Is(execErr, ErrAgentNotWired):
-		return store.Failed, "agent_not_wired", timeline.Failed, ErrAgentNotWired.Error()
 	case errors.Is(execErr, errTimeout):
 		return store.TimedOut, "timeout", timeline.TimedOut, timeline.TimedOutAfter(int(spec.Timeout / time.Second))
 	case execErr != nil:

@@ -67,6 +67,10 @@ func TestRecoverSettlesRunsLeftActive(t *testing.T) {
 
 	var reconciled []string
 	svc := New(st, timeline.NewHub(), Config{Rates: ledger.DefaultRates,
+		Executor: executorFunc(func(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
+			t.Error("recovery executed a run")
+			return Result{}, nil
+		}),
 		Reconcile: func(ctx context.Context, ids []string) error { reconciled = ids; return nil }})
 	ids, err := svc.Recover(ctx)
 	if err != nil {

@@ -2,20 +2,19 @@ package sandbox
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu"
 )
 
-// Detect picks the machine's VMM: Cloud Hypervisor where its binary and
-// hardware virtualization exist, QEMU otherwise (which itself uses KVM when
-// it can and TCG when it can't). EPHEMERAL_VMM=qemu or cloud-hypervisor
-// forces a choice.
-func Detect() (vmm.Driver, error) {
-	switch want := os.Getenv("EPHEMERAL_VMM"); want {
-	case "":
+// Detect returns the VMM driver for choice: "qemu", "cloud-hypervisor", or
+// "auto" (or empty), which picks Cloud Hypervisor where its binary and
+// hardware virtualization exist and QEMU otherwise (QEMU itself uses KVM
+// when it can and TCG when it can't).
+func Detect(choice string) (vmm.Driver, error) {
+	switch choice {
+	case "", "auto":
 	case "qemu":
 		if err := qemu.Available(); err != nil {
 			return nil, err
@@ -26,11 +25,11 @@ func Detect() (vmm.Driver, error) {
 			return nil, err
 		}
 		if err := vmm.HardwareKVM(); err != nil {
-			return nil, fmt.Errorf("EPHEMERAL_VMM=cloud-hypervisor needs hardware KVM: %w", err)
+			return nil, fmt.Errorf("the cloud-hypervisor VMM needs hardware KVM: %w", err)
 		}
 		return cloudhypervisor.New(""), nil
 	default:
-		return nil, fmt.Errorf("EPHEMERAL_VMM=%q: want qemu or cloud-hypervisor", want)
+		return nil, fmt.Errorf("sandbox: VMM %q: want auto, qemu or cloud-hypervisor", choice)
 	}
 	if cloudhypervisor.Available() == nil && vmm.HardwareKVM() == nil {
 		return cloudhypervisor.New(""), nil

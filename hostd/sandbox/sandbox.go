@@ -84,7 +84,7 @@ type Config struct {
 	StateDir string
 	// RunDir overrides where the sandboxes' directories go.
 	RunDir string
-	// Driver overrides the VMM chosen by Detect.
+	// Driver is the VMM; nil means Detect("auto").
 	Driver vmm.Driver
 	// Logf receives diagnostics; nil means log.Printf.
 	Logf func(format string, args ...any)
@@ -99,7 +99,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	driver := cfg.Driver
 	if driver == nil {
-		if driver, err = Detect(); err != nil {
+		if driver, err = Detect("auto"); err != nil {
 			return nil, err
 		}
 	}

@@ -1,7 +1,7 @@
 // Package seal encrypts small secrets at rest (connection headers) with
-// AES-256-GCM under one daemon-wide key. The key comes from
-// EPHEMERAL_SECRET_KEY (64 hex digits) or from the file secret.key in the
-// state directory, created with mode 0600 on first use. Every sealed value
+// AES-256-GCM under one daemon-wide key. The key is configured (64 hex
+// digits) or kept in the file secret.key in the state directory, created
+// with mode 0600 on first use. Every sealed value
 // is bound to a caller-chosen context (for a connection: its organisation
 // and name), so a sealed blob copied onto another row does not open.
 package seal
@@ -19,9 +19,6 @@ import (
 	"strings"
 )
 
-// EnvVar names the environment variable that may hold the key.
-const EnvVar = "EPHEMERAL_SECRET_KEY"
-
 // KeyFile is the key's file name inside the state directory.
 const KeyFile = "secret.key"
 
@@ -36,13 +33,14 @@ type Key struct {
 	aead cipher.AEAD
 }
 
-// LoadKey returns the key from EnvVar when set, else from stateDir's key
-// file, creating that file when it does not exist yet.
-func LoadKey(stateDir string) (*Key, error) {
-	if v, ok := os.LookupEnv(EnvVar); ok {
-		raw, err := hex.DecodeString(strings.TrimSpace(v))
+// LoadKey returns the configured key, hexKey, when it is not empty, else
+// the key in stateDir's key file, creating that file when it does not
+// exist yet.
+func LoadKey(stateDir, hexKey string) (*Key, error) {
+	if hexKey != "" {
+		raw, err := hex.DecodeString(strings.TrimSpace(hexKey))
 		if err != nil || len(raw) != keyBytes {
-			return nil, fmt.Errorf("seal: %s must be %d hex digits", EnvVar, 2*keyBytes)
+			return nil, fmt.Errorf("seal: the configured key must be %d hex digits", 2*keyBytes)
 		}
 		return NewKey(raw)
 	}

@@ -10,10 +10,8 @@ import (
 )
 
 func TestKeyFileIsCreatedPrivateAndReused(t *testing.T) {
-	t.Setenv(EnvVar, "")
-	os.Unsetenv(EnvVar)
 	dir := t.TempDir()
-	k1, err := LoadKey(dir)
+	k1, err := LoadKey(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +23,7 @@ func TestKeyFileIsCreatedPrivateAndReused(t *testing.T) {
 		t.Errorf("key file mode %v, want 0600", info.Mode().Perm())
 	}
 	sealed := k1.Seal([]byte("Bearer canary"), "org/crm")
-	k2, err := LoadKey(dir)
+	k2, err := LoadKey(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,35 +37,32 @@ func TestKeyFileIsCreatedPrivateAndReused(t *testing.T) {
 }
 
 func TestKeyFileReadableByOthersIsRefused(t *testing.T) {
-	os.Unsetenv(EnvVar)
 	dir := t.TempDir()
-	if _, err := LoadKey(dir); err != nil {
+	if _, err := LoadKey(dir, ""); err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Join(dir, KeyFile), 0o644)
-	if _, err := LoadKey(dir); err == nil {
+	if _, err := LoadKey(dir, ""); err == nil {
 		t.Fatal("a world-readable key file was accepted")
 	}
 }
 
-func TestKeyFromEnvironment(t *testing.T) {
+func TestConfiguredKey(t *testing.T) {
 	raw := bytes.Repeat([]byte{7}, keyBytes)
-	t.Setenv(EnvVar, hex.EncodeToString(raw))
 	dir := t.TempDir()
-	k, err := LoadKey(dir)
+	k, err := LoadKey(dir, hex.EncodeToString(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, KeyFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a key file was written although the key came from the environment: %v", err)
+		t.Errorf("a key file was written although the key was configured: %v", err)
 	}
 	direct, _ := NewKey(raw)
 	if got, err := direct.Open(k.Seal([]byte("x"), "c"), "c"); err != nil || string(got) != "x" {
-		t.Errorf("environment key differs from its bytes: %q %v", got, err)
+		t.Errorf("configured key differs from its bytes: %q %v", got, err)
 	}
-	t.Setenv(EnvVar, "abcd")
-	if _, err := LoadKey(dir); err == nil {
-		t.Error("a short key in the environment was accepted")
+	if _, err := LoadKey(dir, "abcd"); err == nil {
+		t.Error("a short configured key was accepted")
 	}
 }
 

@@ -54,15 +54,6 @@ func migrations(dialect string) ([]migration, error) {
 	return out, nil
 }
 
-// SchemaVersion is the number of the newest migration this build knows.
-func SchemaVersion() int {
-	ms, err := migrations("sqlite")
-	if err != nil {
-		panic(err) // the files are embedded: a bad one fails every test
-	}
-	return len(ms)
-}
-
 // migrate brings the database up to this build's schema. A database written
 // by a newer build is refused rather than used with a schema this code does
 // not know.

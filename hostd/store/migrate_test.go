@@ -21,8 +21,8 @@ func TestOpenRecordsEveryMigrationOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Close()
-		if n != SchemaVersion() || newest != SchemaVersion() {
-			t.Fatalf("schema_migrations has %d rows up to %d; want %d", n, newest, SchemaVersion())
+		if n != schemaVersion() || newest != schemaVersion() {
+			t.Fatalf("schema_migrations has %d rows up to %d; want %d", n, newest, schemaVersion())
 		}
 	}
 }
@@ -39,7 +39,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from_the_future', 0)`, SchemaVersion()+1); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from_the_future', 0)`, schemaVersion()+1); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -58,4 +58,13 @@ func TestMigrationsAreNumberedWithoutGaps(t *testing.T) {
 			t.Fatalf("migration %d: %+v", i, m)
 		}
 	}
+}
+
+// schemaVersion is the number of the newest migration this build knows.
+func schemaVersion() int {
+	ms, err := migrations("sqlite")
+	if err != nil {
+		panic(err) // the files are embedded: a bad one fails every test
+	}
+	return len(ms)
 }

@@ -6,9 +6,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
-	"github.com/ephemeralhq/ephemeral/hostd/daemon"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 )
 
 var orgFlag = &cli.StringFlag{Name: "org", Usage: "organisation name", Required: true}
@@ -23,12 +23,12 @@ var adminCommand = &cli.Command{
 			Subcommands: []*cli.Command{{
 				Name: "create", Usage: "create an organisation (with the example connection)", ArgsUsage: "NAME",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "no-examples", Usage: "do not register the example connection"}},
-				Action: withStore(func(c *cli.Context, st *store.Store) error {
+				Action: withSystem(func(c *cli.Context, sys *system.System) error {
 					name, err := oneArg(c, "NAME")
 					if err != nil {
 						return err
 					}
-					o, err := st.CreateOrg(c.Context, name)
+					o, err := sys.Store.CreateOrg(c.Context, name)
 					if err != nil {
 						return err
 					}
@@ -36,7 +36,7 @@ var adminCommand = &cli.Command{
 					if c.Bool("no-examples") {
 						return nil
 					}
-					return addExampleConnection(c, st, o)
+					return addExampleConnection(c, sys.Connections, o)
 				}),
 			}},
 		},
@@ -125,13 +125,23 @@ var adminCommand = &cli.Command{
 // withStore opens the daemon's database for one admin command. SQLite's WAL
 // and busy timeout let this run while `ephemeral serve` is up.
 func withStore(action func(*cli.Context, *store.Store) error) cli.ActionFunc {
+	return withSystem(func(c *cli.Context, sys *system.System) error { return action(c, sys.Store) })
+}
+
+// withSystem opens the daemon's database and connection registry (the
+// parts admin commands use) for one command.
+func withSystem(action func(*cli.Context, *system.System) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		st, err := store.Open(c.Context, daemon.DBPath(c.String(stateDirFlag.Name)))
+		loaded, err := loadConfig(c)
 		if err != nil {
 			return err
 		}
-		defer st.Close()
-		return action(c, st)
+		sys, err := system.OpenStore(c.Context, loaded.Config, nil)
+		if err != nil {
+			return err
+		}
+		defer sys.Close()
+		return action(c, sys)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -46,7 +47,11 @@ func benchBoot(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("ephemeral bench boot: -n must be in 1..1000, got %d", n), 2)
 	}
 	ctx := c.Context
-	mgr, err := sandbox.NewManager(sandbox.Config{StateDir: c.String("state-dir"), Logf: logToStderr})
+	loaded, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
 	if err != nil {
 		return err
 	}

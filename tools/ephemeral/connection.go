@@ -11,13 +11,13 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
-	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 )
 
 // connectionCommand is `ephemeral admin connection`: an organisation's
 // connections, with their secret headers sealed by the state directory's
-// key (or EPHEMERAL_SECRET_KEY).
+// key (or the secret-key setting).
 var connectionCommand = &cli.Command{
 	Name:  "connection",
 	Usage: "an organisation's connections to outside HTTP systems (credentials stay on the host)",
@@ -102,25 +102,18 @@ var connectionCommand = &cli.Command{
 	},
 }
 
-// withRegistry opens the database and the sealing key for one command.
+// withRegistry opens the database and the connection registry, whose
+// secrets are sealed with the configured key, for one command.
 func withRegistry(action func(*cli.Context, *store.Store, *connections.Registry) error) cli.ActionFunc {
-	return withStore(func(c *cli.Context, st *store.Store) error {
-		key, err := seal.LoadKey(c.String(stateDirFlag.Name))
-		if err != nil {
-			return err
-		}
-		return action(c, st, connections.NewRegistry(st, key))
+	return withSystem(func(c *cli.Context, sys *system.System) error {
+		return action(c, sys.Store, sys.Connections)
 	})
 }
 
 // addExampleConnection registers the offline example CRM for a new
 // organisation, so the playground's connection examples work at once.
-func addExampleConnection(c *cli.Context, st *store.Store, o store.Org) error {
-	key, err := seal.LoadKey(c.String(stateDirFlag.Name))
-	if err != nil {
-		return err
-	}
-	err = connections.NewRegistry(st, key).Add(c.Context, o.ID, examplecrm.Connection())
+func addExampleConnection(c *cli.Context, reg *connections.Registry, o store.Org) error {
+	err := reg.Add(c.Context, o.ID, examplecrm.Connection())
 	if errors.Is(err, store.ErrConnectionExists) {
 		return nil
 	}

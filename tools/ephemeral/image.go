@@ -20,17 +20,20 @@ var imageCommand = &cli.Command{
 	Subcommands: []*cli.Command{{
 		Name:  "build",
 		Usage: "build the kernel, initramfs and root filesystem (cached by content hash)",
-		Flags: []cli.Flag{
+		Flags: append(settingFlags("debian-mirror"),
 			&cli.BoolFlag{Name: "force", Usage: "rebuild every part even if cached"},
 			&cli.StringFlag{Name: "init", Usage: "static guest init binary (default: " + initBinaryName + " next to this executable)"},
-			&cli.StringFlag{Name: "mirror", Usage: "Debian mirror for debootstrap", Value: image.DefaultMirror, EnvVars: []string{"EPHEMERAL_DEBIAN_MIRROR"}},
-		},
+		),
 		Action: buildImage,
 	}, {
 		Name:  "show",
 		Usage: "print the current image's files",
 		Action: func(c *cli.Context) error {
-			img, err := image.Load(c.String(stateDirFlag.Name))
+			loaded, err := loadConfig(c)
+			if err != nil {
+				return err
+			}
+			img, err := image.Load(loaded.Config.StateDir)
 			if err != nil {
 				return err
 			}
@@ -50,10 +53,14 @@ func buildImage(c *cli.Context) error {
 		}
 		initPath = filepath.Join(filepath.Dir(self), initBinaryName)
 	}
+	loaded, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
 	img, err := image.Build(c.Context, image.Options{
-		StateDir:   c.String(stateDirFlag.Name),
+		StateDir:   loaded.Config.StateDir,
 		InitBinary: initPath,
-		Mirror:     c.String("mirror"),
+		Mirror:     loaded.Config.DebianMirror,
 		Force:      c.Bool("force"),
 		Progress:   c.App.ErrWriter,
 	})

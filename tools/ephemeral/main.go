@@ -10,21 +10,13 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// defaultStateDir holds images, per-VM directories and the database.
-const defaultStateDir = "/var/lib/ephemeral"
-
-var stateDirFlag = &cli.StringFlag{
-	Name:    "state-dir",
-	Usage:   "directory for images, VM state and the database",
-	Value:   defaultStateDir,
-	EnvVars: []string{"EPHEMERAL_STATE_DIR"},
-}
-
 func main() {
 	app := &cli.App{
-		Name:                 "ephemeral",
-		Usage:                "run untrusted, AI-written code in disposable microVMs",
-		Flags:                []cli.Flag{stateDirFlag},
+		Name:  "ephemeral",
+		Usage: "run untrusted, AI-written code in disposable microVMs",
+		// Every command reads the configuration (see hostd/config);
+		// these two settings may also come before the command.
+		Flags:                settingFlags("config", "state-dir"),
 		EnableBashCompletion: true,
 		// Each command lives in its own file of this package.
 		Commands: []*cli.Command{

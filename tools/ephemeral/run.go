@@ -17,13 +17,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
-	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
-	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
@@ -33,7 +32,8 @@ var runCommand = &cli.Command{
 	Description: "With --replay, the model's turns come from a recording (no API key needed) while " +
 		"the commands really run in the microVM: `ephemeral run --replay examples/product-page.json`. " +
 		"With --prompt, a live model answers (configure its provider as for serve). The run uses the " +
-		"daemon's runs service and ledger in-process, on a throwaway database: no account is charged.",
+		"daemon's runs service and ledger in-process, on a throwaway database: no account is charged. " +
+		"Prices, providers and the VMM come from the configuration (see ephemeral serve --help).",
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "replay", Usage: "recording whose model turns to replay"},
 		&cli.StringFlag{Name: "prompt", Usage: "task for a live model"},
@@ -42,21 +42,22 @@ var runCommand = &cli.Command{
 		&cli.BoolFlag{Name: "web", Usage: "grant web access through the broker (ignored with --replay)"},
 		&cli.DurationFlag{Name: "timeout", Value: 120 * time.Second, Usage: "hard timeout of the run"},
 		&cli.Int64Flag{Name: "max-cost-micros", Value: 40_000, Usage: "budget of the run (40000 = $0.04)"},
-		&cli.Int64Flag{Name: "compute-micros-per-vm-second", Value: ledger.DefaultRates.ComputeMicrosPerVMSecond, Usage: "compute price"},
-		&cli.Int64Flag{Name: "web-micros-per-request", Value: ledger.DefaultRates.WebMicrosPerRequest, Usage: "price of one brokered web request"},
 	},
 	Action: runOnce,
 }
 
 func runOnce(c *cli.Context) error {
+	loaded, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
 	spec := runs.Spec{
 		Prompt: c.String("prompt"), Model: c.String("model"), Shell: c.Bool("shell"), Web: c.Bool("web"),
 		Timeout: c.Duration("timeout"), MaxCostMicros: c.Int64("max-cost-micros"),
 	}
-	var opts runnerOptions
+	var replay *recording.Replay
 	if path := c.String("replay"); path != "" {
-		var err error
-		if opts, err = replayOptions(path, &spec); err != nil {
+		if replay, err = loadReplay(path, &spec); err != nil {
 			return err
 		}
 	} else if spec.Prompt == "" {
@@ -65,19 +66,28 @@ func runOnce(c *cli.Context) error {
 	if spec.Timeout <= 0 || spec.MaxCostMicros <= 0 {
 		return errors.New("run: --timeout and --max-cost-micros must be positive")
 	}
-	rt, err := newRunner(c.String(stateDirFlag.Name), opts)
-	if err != nil {
-		return err
-	}
-	defer rt.manager.Shutdown()
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rates := ledger.Rates{
-		ComputeMicrosPerVMSecond: c.Int64("compute-micros-per-vm-second"),
-		WebMicrosPerRequest:      c.Int64("web-micros-per-request"),
+	dir, err := os.MkdirTemp("", "ephemeral-run-db-")
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
-	run, err := runInProcess(ctx, rt, spec, rates, c.App.Writer)
+	defer os.RemoveAll(dir)
+	sys, err := system.New(ctx, loaded.Config, system.Options{
+		Logger:   stderrLog,
+		Database: filepath.Join(dir, "ephemeral.db"),
+		Replay:   replay,
+		ReplayOf: c.String("replay"),
+	})
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	if err := sys.Start(ctx); err != nil {
+		return err
+	}
+	run, err := runInProcess(ctx, sys, spec, c.String("replay"), c.App.Writer)
 	if err != nil {
 		return err
 	}
@@ -87,134 +97,79 @@ func runOnce(c *cli.Context) error {
 	return nil
 }
 
-// replayOptions loads a recording and takes the run's prompt, model and
+// loadReplay loads a recording and takes the run's prompt, model and
 // permissions from its first request, so the replay asks what was asked.
 // Connections are not replayed: the throwaway organisation has none.
-func replayOptions(path string, spec *runs.Spec) (runnerOptions, error) {
+func loadReplay(path string, spec *runs.Spec) (*recording.Replay, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return runnerOptions{}, fmt.Errorf("run: %w", err)
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer f.Close()
 	exchanges, err := recording.Decode(f)
 	if err != nil {
-		return runnerOptions{}, fmt.Errorf("run: %s: %w", path, err)
+		return nil, fmt.Errorf("run: %s: %w", path, err)
 	}
 	replay, err := recording.NewReplay(exchanges)
 	if err != nil {
-		return runnerOptions{}, fmt.Errorf("run: %s: %w", path, err)
+		return nil, fmt.Errorf("run: %s: %w", path, err)
 	}
 	first := exchanges[0].Request
 	if len(first.Messages) == 0 || first.Messages[0].Role != model.RoleUser {
-		return runnerOptions{}, fmt.Errorf("run: %s: the first request has no user prompt", path)
+		return nil, fmt.Errorf("run: %s: the first request has no user prompt", path)
 	}
 	spec.Prompt, spec.Model, spec.Shell, spec.Web = first.Messages[0].Text, first.Model, false, false
 	for _, t := range first.Tools {
 		spec.Shell = spec.Shell || t.Name == agent.ShellTool
 		spec.Web = spec.Web || t.Name == agent.WebFetchTool
 	}
-	price, err := configuredPrice(spec.Model)
-	if err != nil {
-		return runnerOptions{}, err
-	}
-	return runnerOptions{
-		providers: map[string]model.Provider{"replay": replay},
-		models:    []registry.ModelConfig{{Name: spec.Model, Provider: "replay", Price: &price}},
-		replayOf:  path,
-	}, nil
+	return replay, nil
 }
 
-// configuredPrice is what the model would be billed at live, so a replay
-// costs what the original run cost.
-func configuredPrice(name string) (model.Price, error) {
-	cfg, err := registry.ConfigFromEnv(os.Getenv, os.ReadFile)
-	if err != nil {
-		return model.Price{}, err
-	}
-	for _, m := range append(cfg.Models, registry.DefaultModels()...) {
-		if m.Name == name && m.Price != nil {
-			return *m.Price, nil
-		}
-	}
-	return model.Price{}, fmt.Errorf("run: model %q has no price (add it to %s)", name, registry.EnvModelsFile)
-}
-
-// runInProcess runs spec through a runs service of its own, on a throwaway
-// database with an organisation funded for exactly this run, printing the
-// timeline as it grows.
-func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.Rates, out io.Writer) (store.Run, error) {
-	dir, err := os.MkdirTemp("", "ephemeral-run-db-")
-	if err != nil {
-		return store.Run{}, fmt.Errorf("run: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	st, err := store.Open(ctx, filepath.Join(dir, "ephemeral.db"))
+// runInProcess runs spec on sys, in an organisation of its throwaway
+// database funded for exactly this run, printing the timeline as it grows.
+func runInProcess(ctx context.Context, sys *system.System, spec runs.Spec, replayOf string, out io.Writer) (store.Run, error) {
+	org, err := sys.Store.CreateOrg(ctx, "local")
 	if err != nil {
 		return store.Run{}, err
 	}
-	defer st.Close()
-	org, err := st.CreateOrg(ctx, "local")
-	if err != nil {
+	if _, err := sys.Store.Credit(ctx, org.ID, spec.MaxCostMicros); err != nil {
 		return store.Run{}, err
 	}
-	if _, err := st.Credit(ctx, org.ID, spec.MaxCostMicros); err != nil {
-		return store.Run{}, err
-	}
-	hub := timeline.NewHub()
-	svc := runs.New(st, hub, runs.Config{Executor: rt.executor, Rates: rates, MaxConcurrent: 1})
-	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
-	served := make(chan struct{})
-	go func() { defer close(served); svc.Serve(serveCtx, time.Hour) }()
-	defer func() { stopServe(); <-served }()
-
 	spec.OrgID = org.ID
 	canonical, err := json.Marshal(spec)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("run: %w", err)
 	}
-	run, _, err := svc.Submit(ctx, runs.Submission{Spec: spec, Canonical: canonical})
+	run, _, err := sys.Runs.Submit(ctx, runs.Submission{Spec: spec, Canonical: canonical})
 	if err != nil {
 		return store.Run{}, err
 	}
 	mode := "live"
-	if rt.replaying() {
-		mode = "replayed from " + rt.replayOf
+	if replayOf != "" {
+		mode = "replayed from " + replayOf
 	}
 	fmt.Fprintf(out, "%s  model %s, %s\n\n", run.ID, spec.Model, mode)
 	printer := newTimelinePrinter(out)
-	var rev int64
 	for {
-		changed := hub.Changed(run.ID)
-		events, err := st.EventsSince(context.WithoutCancel(ctx), run.ID, rev, 100)
-		if err != nil {
-			return store.Run{}, err
-		}
-		for _, ev := range events {
-			printer.print(ev)
-			rev = ev.Rev
-		}
-		if run, err = st.GetRun(context.WithoutCancel(ctx), org.ID, run.ID); err != nil {
-			return store.Run{}, err
-		}
-		if run.Status.Terminal() && len(events) == 0 {
+		run, err = sys.Runs.Follow(ctx, org.ID, run.ID, printer.rev, printer)
+		if err == nil || ctx.Err() == nil {
 			break
 		}
-		select {
-		case <-changed:
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			// Ctrl-C: stop the run and let it settle; its last entries
-			// are printed by the next rounds.
-			if _, err := svc.Cancel(context.WithoutCancel(ctx), org.ID, run.ID); err != nil {
-				return store.Run{}, err
-			}
-			ctx = context.WithoutCancel(ctx)
+		// Ctrl-C: stop the run and follow it to its end, so its money is
+		// settled and its last entries printed.
+		if _, err := sys.Runs.Cancel(context.WithoutCancel(ctx), org.ID, run.ID); err != nil {
+			return store.Run{}, err
 		}
+		ctx = context.WithoutCancel(ctx)
+	}
+	if err != nil {
+		return store.Run{}, err
 	}
 	printer.finish()
 	if run.Output != nil {
 		label := "Output"
-		if rt.replaying() {
+		if replayOf != "" {
 			// The answer is the recorded one; the live results are
 			// under the commands above.
 			label = "Recorded output"
@@ -225,8 +180,6 @@ func runInProcess(ctx context.Context, rt *runner, spec runs.Spec, rates ledger.
 	return run, nil
 }
 
-func (rt *runner) replaying() bool { return rt.replayOf != "" }
-
 // timelinePrinter writes timeline entries as they arrive, as the product
 // page shows them. A command's entry arrives when the command starts and
 // again, amended, when it ends. Results are printed in timeline order, so
@@ -236,6 +189,7 @@ func (rt *runner) replaying() bool { return rt.replayOf != "" }
 // line repeating the command with its exit code and duration.
 type timelinePrinter struct {
 	out     io.Writer
+	rev     int64                 // the revision printed last
 	printed map[int64]bool        // entries whose line is out
 	last    int64                 // the entry printed last
 	pending []int64               // commands whose result is not out, in timeline order
@@ -254,6 +208,18 @@ type commandData struct {
 	ExitCode   int            `json:"exit_code"`
 	DurationMS int64          `json:"duration_ms"`
 }
+
+// Events prints a batch as runs.Follow hands it over.
+func (p *timelinePrinter) Events(batch []store.Event) error {
+	for _, ev := range batch {
+		p.print(ev)
+		p.rev = ev.Rev
+	}
+	return nil
+}
+
+// Idle has nothing to keep alive on a terminal.
+func (p *timelinePrinter) Idle() error { return nil }
 
 func (p *timelinePrinter) print(ev store.Event) {
 	var data commandData

@@ -9,28 +9,24 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
-// The shipped recording asks what the product page asked, with its model
-// at the price that makes its 5,214 tokens cost $0.00033.
-func TestReplayOptionsFromTheShippedRecording(t *testing.T) {
+// The shipped recording asks what the product page asked.
+func TestReplayFromTheShippedRecording(t *testing.T) {
 	var spec runs.Spec
-	opts, err := replayOptions("../../examples/product-page.json", &spec)
+	replay, err := loadReplay("../../examples/product-page.json", &spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(spec.Prompt, "This is a sandbox test.") || spec.Model != "openai/gpt-6-luna" || !spec.Shell {
 		t.Errorf("spec %+v", spec)
 	}
-	if len(opts.models) != 1 || opts.models[0].Provider != "replay" || opts.providers["replay"] == nil {
-		t.Fatalf("options %+v", opts)
-	}
-	if p := opts.models[0].Price; p.InputMicrosPerMTok != 50_000 || p.OutputMicrosPerMTok != 400_000 {
-		t.Errorf("price %+v", p)
+	if replay.Model() != spec.Model {
+		t.Errorf("replay serves %q", replay.Model())
 	}
 }
 
 // A recording of a run that was offered web_fetch replays with web; the
 // product page's, which had only the shell, without.
-func TestReplayOptionsGrantWebWhenRecorded(t *testing.T) {
+func TestReplayGrantsWebWhenRecorded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "web.json")
 	recording := `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna",
 		"messages": [{"role": "user", "text": "fetch it"}], "tools": [{"name": "web_fetch"}]},
@@ -39,35 +35,34 @@ func TestReplayOptionsGrantWebWhenRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var spec runs.Spec
-	if _, err := replayOptions(path, &spec); err != nil {
+	if _, err := loadReplay(path, &spec); err != nil {
 		t.Fatal(err)
 	}
 	if !spec.Web || spec.Shell {
 		t.Errorf("web_fetch recording replays with web %v, shell %v", spec.Web, spec.Shell)
 	}
-	if _, err := replayOptions("../../examples/product-page.json", &spec); err != nil || spec.Web || !spec.Shell {
+	if _, err := loadReplay("../../examples/product-page.json", &spec); err != nil || spec.Web || !spec.Shell {
 		t.Errorf("product page replays with web %v, shell %v (%v)", spec.Web, spec.Shell, err)
 	}
 }
 
-func TestReplayOptionsRefuseBadRecordings(t *testing.T) {
+func TestReplayRefusesBadRecordings(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{
 		"not json":     `{"version":`,
 		"old version":  `{"version": 0, "exchanges": []}`,
 		"no exchanges": `{"version": 1, "exchanges": []}`,
 		"no prompt":    `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna", "messages": []}, "response": {"stop_reason": "end_turn"}}]}`,
-		"no price":     `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "mystery", "messages": [{"role": "user", "text": "hi"}]}, "response": {"stop_reason": "end_turn"}}]}`,
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := replayOptions(path, &runs.Spec{}); err == nil {
+		if _, err := loadReplay(path, &runs.Spec{}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := replayOptions(filepath.Join(dir, "missing.json"), &runs.Spec{}); err == nil {
+	if _, err := loadReplay(filepath.Join(dir, "missing.json"), &runs.Spec{}); err == nil {
 		t.Error("missing file accepted")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -61,12 +63,16 @@ func sandboxExec(c *cli.Context) error {
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	mgr, err := sandbox.NewManager(sandbox.Config{StateDir: c.String("state-dir"), Logf: logToStderr})
+	loaded, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
 	if err != nil {
 		return err
 	}
 	if _, err := mgr.Reconcile(ctx); err != nil {
-		logToStderr("reconcile leftovers: %v", err)
+		stderrLog.Warn("reconcile leftovers", "err", err)
 	}
 	sb, err := mgr.Create(ctx, sandbox.Options{VCPUs: c.Int("cpus"), MemoryMiB: c.Int("memory")})
 	if err != nil {
@@ -100,6 +106,6 @@ func sandboxExec(c *cli.Context) error {
 	return nil
 }
 
-func logToStderr(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "ephemeral: "+format+"\n", args...)
-}
+// stderrLog is where commands that boot VMs without a daemon (sandbox
+// exec, bench) log: warnings only, so their own output stays readable.
+var stderrLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

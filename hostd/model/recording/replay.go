@@ -48,6 +48,9 @@ func NewReplay(exchanges []Exchange) (*Replay, error) {
 	return &Replay{exchanges: slices.Clone(exchanges)}, nil
 }
 
+// Model is the model the recorded run asked for.
+func (r *Replay) Model() string { return r.exchanges[0].Request.Model }
+
 // Complete returns the next recorded response after checking that req has
 // the shape of the request recorded for that turn. A diverging request does
 // not use up the turn.

@@ -3,13 +3,16 @@
 // registry knows and can price: Lookup's sentinel errors are what the API
 // turns into 400 responses.
 //
-// Providers and prices come from configuration (see ConfigFromEnv); a few
+// Providers and prices come from configuration (package config); a few
 // well-known models have default prices that configuration can override.
 package registry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
@@ -189,4 +192,40 @@ func (r *Registry) Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// ConfiguredPrice is the price of model name in models, or else its
+// default price, whether or not its provider is configured: what a
+// recording of a run with that model is billed at when replayed.
+func ConfiguredPrice(models []ModelConfig, name string) (model.Price, bool) {
+	for _, m := range append(slices.Clone(models), DefaultModels()...) {
+		if m.Name == name && m.Price != nil {
+			return *m.Price, true
+		}
+	}
+	return model.Price{}, false
+}
+
+// ModelsFile is the format of the models file (the models-file setting):
+//
+//	{"models": [
+//	  {"name": "openai/gpt-4o-mini", "provider": "openai",
+//	   "price": {"input_micros_per_mtok": 150000, "output_micros_per_mtok": 600000}},
+//	  {"name": "llama3.1:8b", "provider": "openai",
+//	   "price": {"input_micros_per_mtok": 0, "output_micros_per_mtok": 0}}
+//	]}
+type ModelsFile struct {
+	Models []ModelConfig `json:"models"`
+}
+
+// ParseModelsFile decodes a ModelsFile, refusing unknown fields so a typo in
+// a price does not silently leave a model unpriced.
+func ParseModelsFile(raw []byte) ([]ModelConfig, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var f ModelsFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("parse models file: %w", err)
+	}
+	return f.Models, nil
 }

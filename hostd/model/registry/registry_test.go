@@ -3,41 +3,22 @@ package registry
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 )
 
-func env(vars map[string]string) func(string) string {
-	return func(k string) string { return vars[k] }
-}
-
-func files(content map[string]string) func(string) ([]byte, error) {
-	return func(path string) ([]byte, error) {
-		c, ok := content[path]
-		if !ok {
-			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
-		}
-		return []byte(c), nil
-	}
-}
-
-func TestLookupFromEnv(t *testing.T) {
-	cfg, err := ConfigFromEnv(env(map[string]string{
-		EnvOpenAIBaseURL: "http://127.0.0.1:11434/v1",
-		EnvModelsFile:    "/etc/ephemeral/models.json",
-	}), files(map[string]string{"/etc/ephemeral/models.json": `{"models": [
+func TestLookupWithAModelsFile(t *testing.T) {
+	models, err := ParseModelsFile([]byte(`{"models": [
 		{"name": "llama3.1:8b", "provider": "openai", "price": {"input_micros_per_mtok": 0, "output_micros_per_mtok": 0}},
 		{"name": "gpt-4o-mini", "provider": "openai", "price": {"input_micros_per_mtok": 1, "output_micros_per_mtok": 2}},
 		{"name": "openai/unpriced", "provider": "openai"}
-	]}`}))
+	]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(cfg)
+	r, err := New(Config{OpenAI: ProviderConfig{BaseURL: "http://127.0.0.1:11434/v1"}, Models: models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,25 +112,27 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnvErrors(t *testing.T) {
-	tests := map[string]string{
-		"missing file":  "",
+func TestParseModelsFileErrors(t *testing.T) {
+	for name, content := range map[string]string{
 		"unknown field": `{"models":[{"name":"m","provider":"openai","price":{"input_micros_per_million":5}}]}`,
 		"not JSON":      `models: []`,
-	}
-	for name, content := range tests {
-		fsys := map[string]string{}
-		if content != "" {
-			fsys["/m.json"] = content
-		}
-		_, err := ConfigFromEnv(env(map[string]string{EnvModelsFile: "/m.json"}), files(fsys))
-		if err == nil {
+	} {
+		if _, err := ParseModelsFile([]byte(content)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	_, err := ConfigFromEnv(env(map[string]string{EnvModelsFile: "/nope"}), os.ReadFile)
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("missing file: %v, want ErrNotExist", err)
+}
+
+func TestConfiguredPrice(t *testing.T) {
+	custom := &model.Price{InputMicrosPerMTok: 7, OutputMicrosPerMTok: 9}
+	if p, ok := ConfiguredPrice([]ModelConfig{{Name: "gpt-4o", Provider: "openai", Price: custom}}, "gpt-4o"); !ok || p != *custom {
+		t.Errorf("override: %+v %v", p, ok)
+	}
+	if p, ok := ConfiguredPrice(nil, "openai/gpt-6-luna"); !ok || p.InputMicrosPerMTok != 50_000 {
+		t.Errorf("default: %+v %v", p, ok)
+	}
+	if _, ok := ConfiguredPrice(nil, "gpt-7-imaginary"); ok {
+		t.Error("priced an unknown model")
 	}
 }
 

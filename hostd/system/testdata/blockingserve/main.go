@@ -14,9 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ephemeralhq/ephemeral/hostd/daemon"
+	"github.com/ephemeralhq/ephemeral/hostd/config"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
@@ -37,21 +38,36 @@ func main() {
 	stateDir := flag.String("state-dir", "", "state directory")
 	reconciled := flag.String("reconciled", "", "file to write reconciled run ids to")
 	flag.Parse()
+	if err := serve(*stateDir, *reconciled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func serve(stateDir, reconciled string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := daemon.Run(ctx, daemon.Config{
-		Listen: "127.0.0.1:0", StateDir: *stateDir, Rates: ledger.DefaultRates, MaxActivePerOrg: 10,
+	cfg := config.Defaults()
+	cfg.StateDir, cfg.Listen = stateDir, "127.0.0.1:0"
+	// The default model must be usable for runs to be accepted; the
+	// blocking executor never calls it.
+	cfg.OpenAIBaseURL = "http://127.0.0.1:9/v1"
+	sys, err := system.New(ctx, cfg, system.Options{
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Executor: blockingExecutor{},
 		Reconcile: func(ctx context.Context, ids []string) error {
 			if len(ids) == 0 {
 				return nil // every start-up reconciles; the test wants the recovered ids
 			}
-			return os.WriteFile(*reconciled, []byte(strings.Join(ids, "\n")), 0o600)
+			return os.WriteFile(reconciled, []byte(strings.Join(ids, "\n")), 0o600)
 		},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
+	defer sys.Close()
+	if err := sys.Start(ctx); err != nil {
+		return err
+	}
+	return sys.Serve(ctx)
 }

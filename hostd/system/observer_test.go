@@ -1,42 +1,39 @@
-package broker
+package system
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
-func TestEventMessages(t *testing.T) {
-	for _, c := range []struct {
-		e    Event
-		want string
-	}{
-		{Event{Method: "GET", Host: "example.com", Status: 200, Bytes: 12_345}, "GET example.com → 200, 12 KB"},
-		{Event{Method: "GET", Host: "example.com:8080", Status: 404, Bytes: 9}, "GET example.com:8080 → 404, 9 B"},
-		{Event{Method: "CONNECT", Host: "pypi.org", Status: 200, Bytes: 3_400_000}, "CONNECT pypi.org → 200, 3.4 MB"},
-		{Event{Connection: "crm", Method: "GET", Path: "/v1/customers", Status: 200, Bytes: 512}, "GET crm /v1/customers → 200"},
-		{Event{Connection: "crm", Method: "POST", Path: "/v1/customers", Status: 403, Refused: "method POST is not granted"},
-			"POST crm /v1/customers → 403 refused: method POST is not granted"},
-		{Event{Method: "GET", Host: "big.test", Status: 200, Bytes: 1000, Err: "response body exceeds the broker's limit"},
-			"GET big.test → 200, 1 KB, failed: response body exceeds the broker's limit"},
-	} {
-		if got := c.e.Message(); got != c.want {
-			t.Errorf("got %q, want %q", got, c.want)
-		}
-	}
-}
-
 type executorFunc func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error)
 
 func (f executorFunc) Execute(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
 	return f(ctx, spec, rec)
+}
+
+// staticResolver answers from a fixed table.
+type staticResolver map[string]string
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
 // Through RunObserver a web request lands on the run's timeline and its
@@ -52,20 +49,25 @@ func TestRunObserverRecordsAndMetersOnTheRun(t *testing.T) {
 	if _, err := st.Credit(ctx, org.ID, 1_000_000); err != nil {
 		t.Fatal(err)
 	}
-	up := newUpstream(t, false, hello)
-	b := New(webConfig(newTestResolver("site.test", "127.0.0.1", "metadata.test", "169.254.169.254")))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from upstream") }))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	b := broker.New(broker.Config{
+		Resolver:        staticResolver{"site.test": "127.0.0.1", "metadata.test": "169.254.169.254"},
+		UnsafeTestHooks: &broker.TestHooks{AllowAddress: func(a netip.Addr) bool { return a.IsLoopback() }},
+	})
 	const price = 250
 	svc := runs.New(st, timeline.NewHub(), runs.Config{Rates: ledger.Rates{WebMicrosPerRequest: price},
 		Executor: executorFunc(func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
-			s, err := b.Open(ctx, GrantsOf(spec), RunObserver{Rec: rec})
+			s, err := b.Open(ctx, grants(spec), RunObserver{Rec: rec})
 			if err != nil {
 				return runs.Result{}, err
 			}
 			defer s.Close()
-			if _, err := s.Fetch(ctx, Request{Method: "GET", URL: "http://site.test:" + up.port() + "/"}); err != nil {
+			if _, err := s.Fetch(ctx, broker.Request{Method: "GET", URL: "http://site.test:" + u.Port() + "/"}); err != nil {
 				return runs.Result{}, err
 			}
-			s.Fetch(ctx, Request{Method: "GET", URL: "http://metadata.test/"})
+			s.Fetch(ctx, broker.Request{Method: "GET", URL: "http://metadata.test/"})
 			return runs.Result{Output: "done"}, nil
 		})})
 	run, _, err := svc.Submit(ctx, runs.Submission{Spec: runs.Spec{OrgID: org.ID, Prompt: "p", Model: "m", Web: true,
@@ -92,8 +94,17 @@ func TestRunObserverRecordsAndMetersOnTheRun(t *testing.T) {
 			web = append(web, e.Message)
 		}
 	}
-	port := up.port()
-	if len(web) != 2 || web[0] != "GET site.test:"+port+" → 200, 19 B" || !strings.HasPrefix(web[1], "GET metadata.test → 403 refused:") {
+	if len(web) != 2 || web[0] != "GET site.test:"+u.Port()+" → 200, 19 B" || !strings.HasPrefix(web[1], "GET metadata.test → 403 refused:") {
 		t.Errorf("web events %q", web)
+	}
+}
+
+func TestGrantsCarryTheRunsPermissions(t *testing.T) {
+	g := grants(runs.Spec{OrgID: "org_1", Web: true, Connections: []runs.Connection{{Name: "crm", Methods: []string{"GET", "HEAD"}}}})
+	if g.OrgID != "org_1" || !g.Web || len(g.Connections) != 1 || g.Connections[0].Name != "crm" || len(g.Connections[0].Methods) != 2 {
+		t.Fatalf("%+v", g)
+	}
+	if grants(runs.Spec{OrgID: "org_1"}).NeedsBroker() {
+		t.Fatal("a run with neither web nor connections needs a broker")
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package system
 
 import (
 	"bufio"
@@ -190,7 +190,7 @@ func TestSIGKILLMidRunSettlesAtRestart(t *testing.T) {
 func seedOrg(t *testing.T, stateDir string, credit int64) string {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, DBPath(stateDir))
+	st, err := store.Open(ctx, DatabasePath(stateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
