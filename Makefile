@@ -8,7 +8,9 @@ STATE_DIR ?= /var/lib/ephemeral
 export EPHEMERAL_STATE_DIR := $(STATE_DIR)
 export CGO_ENABLED := 0
 
-.PHONY: build deps image demo test bench clean
+STATICCHECK_VERSION = v0.8.2
+
+.PHONY: build deps image demo check test bench clean
 
 build:
 	$(GO) build -trimpath -o bin/ephemeral-init ./guest/cmd/ephemeral-init
@@ -27,9 +29,16 @@ image: deps build
 demo: image
 	bin/ephemeral run --replay examples/product-page.json
 
+# Static checks: vet, formatting and staticcheck must report nothing.
+check:
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
+	GOBIN=$(CURDIR)/bin/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	bin/tools/staticcheck ./...
+
 # EPHEMERAL_REQUIRE_VM turns the VM and root tests' "skip" into failures:
 # here everything they need has just been installed and built.
-test: image
+test: check image
 	EPHEMERAL_REQUIRE_VM=1 $(GO) test -count=1 -timeout 40m ./...
 
 bench: image

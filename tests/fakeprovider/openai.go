@@ -40,6 +40,7 @@ func decodeOpenAI(rec *Request, apiKey string) error {
 	}
 	var req openAIRequest
 	if err := json.Unmarshal(rec.Body, &req); err != nil {
+		//lint:ignore ST1005 OpenAI's own wording, capital included
 		return fmt.Errorf("We could not parse the JSON body of your request: %v", err)
 	}
 	rec.Model = req.Model
