@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -17,6 +18,36 @@ func (m keyMap) KeyByID(_ context.Context, id string) (store.APIKey, error) {
 		return store.APIKey{}, store.ErrNotFound
 	}
 	return k, nil
+}
+
+func (m keyMap) TouchKey(_ context.Context, id string, now time.Time) error {
+	k := m[id]
+	k.LastUsedAt = &now
+	m[id] = k
+	return nil
+}
+
+func TestAuthenticateRecordsLastUseAtMostOnceAMinute(t *testing.T) {
+	k := NewKey()
+	recent := time.Now().Add(-10 * time.Second)
+	keys := keyMap{k.ID: {ID: k.ID, OrgID: "org_a", Hash: k.Hash}}
+	if _, err := Authenticate(context.Background(), keys, "Bearer "+k.Secret); err != nil {
+		t.Fatal(err)
+	}
+	if keys[k.ID].LastUsedAt == nil {
+		t.Fatal("first use not recorded")
+	}
+	keys[k.ID] = store.APIKey{ID: k.ID, OrgID: "org_a", Hash: k.Hash, LastUsedAt: &recent}
+	Authenticate(context.Background(), keys, "Bearer "+k.Secret)
+	if !keys[k.ID].LastUsedAt.Equal(recent) {
+		t.Error("use 10 s after the last one was written again")
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	keys[k.ID] = store.APIKey{ID: k.ID, OrgID: "org_a", Hash: k.Hash, LastUsedAt: &old}
+	Authenticate(context.Background(), keys, "Bearer "+k.Secret)
+	if keys[k.ID].LastUsedAt.Equal(old) {
+		t.Error("use 2 minutes after the last one not recorded")
+	}
 }
 
 func TestAuthenticate(t *testing.T) {

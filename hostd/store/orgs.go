@@ -33,6 +33,9 @@ type APIKey struct {
 	MemberID string
 	Hash     []byte
 	Revoked  bool
+	// LastUsedAt is nil for a key never used; it is updated at most
+	// once a minute (see TouchKey).
+	LastUsedAt *time.Time
 }
 
 func newID(prefix string, bytes int) string {
@@ -118,9 +121,10 @@ func (s *Store) RevokeKey(ctx context.Context, keyID string) error {
 // KeyByID loads a key for authentication.
 func (s *Store) KeyByID(ctx context.Context, keyID string) (APIKey, error) {
 	k := APIKey{ID: keyID}
-	var revoked sql.NullInt64
-	err := s.read.QueryRowContext(ctx, `SELECT org_id, member_id, hash, revoked_at FROM api_keys WHERE id = ?`, keyID).
-		Scan(&k.OrgID, &k.MemberID, &k.Hash, &revoked)
+	var revoked, used sql.NullInt64
+	err := s.read.QueryRowContext(ctx, `SELECT org_id, member_id, hash, revoked_at,
+		(SELECT last_used_at FROM api_key_use WHERE key_id = api_keys.id) FROM api_keys WHERE id = ?`, keyID).
+		Scan(&k.OrgID, &k.MemberID, &k.Hash, &revoked, &used)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIKey{}, fmt.Errorf("store: key %s: %w", keyID, ErrNotFound)
 	}
@@ -128,6 +132,7 @@ func (s *Store) KeyByID(ctx context.Context, keyID string) (APIKey, error) {
 		return APIKey{}, fmt.Errorf("store: key %s: %w", keyID, err)
 	}
 	k.Revoked = revoked.Valid
+	k.LastUsedAt = fromMillis(used)
 	return k, nil
 }
 

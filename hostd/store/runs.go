@@ -385,6 +385,10 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM recordings WHERE run_id = ?`, runID); err != nil {
 		return fmt.Errorf("store: purge recording of %s: %w", runID, err)
 	}
+	// A published replay of a purged run would show nothing: its link ends.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM published_runs WHERE run_id = ?`, runID); err != nil {
+		return fmt.Errorf("store: unpublish %s: %w", runID, err)
+	}
 	return nil
 }
 

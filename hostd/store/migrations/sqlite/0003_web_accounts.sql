@@ -1,0 +1,50 @@
+-- The web app: people who sign in (each the member of the organisation
+-- created when they registered), their sessions, failed sign-ins counted
+-- for rate limiting, when each API key was last used, and runs published
+-- as public replay pages.
+CREATE TABLE users (
+	id                  TEXT PRIMARY KEY,
+	-- Unique however it is capitalised: Ada@x.org and ada@x.org are one
+	-- account.
+	email               TEXT NOT NULL UNIQUE COLLATE NOCASE,
+	-- An argon2id hash in PHC form, its parameters with it, so they can be
+	-- raised later and old hashes still verify.
+	password_hash       TEXT NOT NULL,
+	org_id              TEXT NOT NULL REFERENCES orgs (id),
+	member_id           TEXT NOT NULL UNIQUE REFERENCES members (id),
+	created_at          INTEGER NOT NULL,
+	password_changed_at INTEGER NOT NULL
+);
+-- A signed-in browser. Only the SHA-256 of the cookie's token is kept, so
+-- a copy of the database signs nobody in.
+CREATE TABLE sessions (
+	token_hash   BLOB PRIMARY KEY,
+	user_id      TEXT NOT NULL REFERENCES users (id),
+	created_at   INTEGER NOT NULL,
+	last_seen_at INTEGER NOT NULL, -- idle expiry counts from here
+	expires_at   INTEGER NOT NULL  -- absolute expiry
+);
+CREATE INDEX sessions_user ON sessions (user_id);
+CREATE INDEX sessions_expires ON sessions (expires_at);
+-- Failed sign-ins in fixed windows, per account ("account:<email>") and
+-- per client address ("address:<ip>"); in the database so that several
+-- daemons share the count.
+CREATE TABLE sign_in_failures (
+	key          TEXT PRIMARY KEY,
+	window_start INTEGER NOT NULL,
+	failures     INTEGER NOT NULL
+);
+-- When each API key was last used, written at most once a minute per key;
+-- its own small table so that authenticating never rewrites api_keys.
+CREATE TABLE api_key_use (
+	key_id       TEXT PRIMARY KEY REFERENCES api_keys (id),
+	last_used_at INTEGER NOT NULL
+);
+-- A run shown read-only to anyone with its link. The slug is random: the
+-- link cannot be guessed from the run id.
+CREATE TABLE published_runs (
+	slug       TEXT PRIMARY KEY,
+	run_id     TEXT NOT NULL UNIQUE REFERENCES runs (id),
+	org_id     TEXT NOT NULL REFERENCES orgs (id),
+	created_at INTEGER NOT NULL
+);
