@@ -119,33 +119,33 @@ func TestSigningInAgainReplacesTheOldSession(t *testing.T) {
 	}
 }
 
-func TestSignInFailuresCountPerWindow(t *testing.T) {
+func TestAttemptsCountPerWindow(t *testing.T) {
 	ctx := context.Background()
 	st := openTestStore(t)
 	window := 15 * time.Minute
 	t0 := time.Now()
 	for i := range 3 {
 		at := t0.Add(time.Duration(i) * time.Minute)
-		if err := st.RecordSignInFailure(ctx, at, at.Add(-window), "account:a", "address:1.2.3.4"); err != nil {
+		if err := st.RecordAttempt(ctx, at, at.Add(-window), "account:a", "address:1.2.3.4"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now := t0.Add(5 * time.Minute)
-	n, started, err := st.SignInFailures(ctx, "account:a", now.Add(-window))
+	n, started, err := st.Attempts(ctx, "account:a", now.Add(-window))
 	if err != nil || n != 3 || !started.Equal(t0.UTC().Truncate(time.Millisecond)) {
-		t.Fatalf("failures %d since %v, %v; want 3 since %v", n, started, err, t0)
+		t.Fatalf("attempts %d since %v, %v; want 3 since %v", n, started, err, t0)
 	}
 	// The window ends 15 minutes after its first failure.
 	later := t0.Add(16 * time.Minute)
-	if n, _, _ := st.SignInFailures(ctx, "account:a", later.Add(-window)); n != 0 {
+	if n, _, _ := st.Attempts(ctx, "account:a", later.Add(-window)); n != 0 {
 		t.Errorf("failures in a new window: %d", n)
 	}
-	st.RecordSignInFailure(ctx, later, later.Add(-window), "account:a")
-	if n, _, _ := st.SignInFailures(ctx, "account:a", later.Add(-window)); n != 1 {
+	st.RecordAttempt(ctx, later, later.Add(-window), "account:a")
+	if n, _, _ := st.Attempts(ctx, "account:a", later.Add(-window)); n != 1 {
 		t.Errorf("first failure of a new window counted %d", n)
 	}
-	st.ClearSignInFailures(ctx, "account:a")
-	if n, _, _ := st.SignInFailures(ctx, "account:a", later.Add(-window)); n != 0 {
+	st.ClearAttempts(ctx, "account:a")
+	if n, _, _ := st.Attempts(ctx, "account:a", later.Add(-window)); n != 0 {
 		t.Errorf("failures after clearing: %d", n)
 	}
 }

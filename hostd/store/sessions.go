@@ -96,48 +96,47 @@ func (s *Store) DeleteExpiredSessions(ctx context.Context, now, idleSince time.T
 	return res.RowsAffected()
 }
 
-// SignInFailures is the number of failed sign-ins counted under key in the
-// window that started at windowStart; a window that started before
-// windowStart counts none.
-func (s *Store) SignInFailures(ctx context.Context, key string, windowStart time.Time) (failures int, started time.Time, err error) {
+// Attempts is the number of attempts counted under key in its current
+// window, and when that window started; a window that started at or before
+// windowStart has ended and counts none.
+func (s *Store) Attempts(ctx context.Context, key string, windowStart time.Time) (attempts int, started time.Time, err error) {
 	var start int64
-	err = s.read.QueryRowContext(ctx, `SELECT failures, window_start FROM sign_in_failures WHERE key = ? AND window_start > ?`,
-		key, millis(windowStart)).Scan(&failures, &start)
+	err = s.read.QueryRowContext(ctx, `SELECT attempts, window_start FROM auth_attempts WHERE key = ? AND window_start > ?`,
+		key, millis(windowStart)).Scan(&attempts, &start)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, time.Time{}, nil
 	}
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("store: sign-in failures: %w", err)
+		return 0, time.Time{}, fmt.Errorf("store: attempts: %w", err)
 	}
-	return failures, time.UnixMilli(start).UTC(), nil
+	return attempts, time.UnixMilli(start).UTC(), nil
 }
 
-// RecordSignInFailure counts one failed sign-in under each key, starting a
-// new window at now for a key whose window began at or before
-// windowStart.
-func (s *Store) RecordSignInFailure(ctx context.Context, now, windowStart time.Time, keys ...string) error {
+// RecordAttempt counts one attempt under each key, starting a new window
+// at now for a key whose window began at or before windowStart.
+func (s *Store) RecordAttempt(ctx context.Context, now, windowStart time.Time, keys ...string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		for _, key := range keys {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO sign_in_failures (key, window_start, failures) VALUES (?1, ?2, 1)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO auth_attempts (key, window_start, attempts) VALUES (?1, ?2, 1)
 				ON CONFLICT (key) DO UPDATE SET
-					failures = CASE WHEN window_start > ?3 THEN failures + 1 ELSE 1 END,
+					attempts = CASE WHEN window_start > ?3 THEN attempts + 1 ELSE 1 END,
 					window_start = CASE WHEN window_start > ?3 THEN window_start ELSE ?2 END`,
 				key, millis(now), millis(windowStart)); err != nil {
-				return fmt.Errorf("store: record sign-in failure: %w", err)
+				return fmt.Errorf("store: record attempt: %w", err)
 			}
 		}
 		// Windows that ended are of no use to anyone.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM sign_in_failures WHERE window_start <= ?`, millis(windowStart)); err != nil {
-			return fmt.Errorf("store: forget old sign-in failures: %w", err)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM auth_attempts WHERE window_start <= ?`, millis(windowStart)); err != nil {
+			return fmt.Errorf("store: forget old attempts: %w", err)
 		}
 		return nil
 	})
 }
 
-// ClearSignInFailures forgets the failures counted under key.
-func (s *Store) ClearSignInFailures(ctx context.Context, key string) error {
-	if _, err := s.write.ExecContext(ctx, `DELETE FROM sign_in_failures WHERE key = ?`, key); err != nil {
-		return fmt.Errorf("store: clear sign-in failures: %w", err)
+// ClearAttempts forgets the attempts counted under key.
+func (s *Store) ClearAttempts(ctx context.Context, key string) error {
+	if _, err := s.write.ExecContext(ctx, `DELETE FROM auth_attempts WHERE key = ?`, key); err != nil {
+		return fmt.Errorf("store: clear attempts: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 -- The web app: people who sign in (each the member of the organisation
--- created when they registered), their sessions, failed sign-ins counted
--- for rate limiting, when each API key was last used, and runs published
+-- created when they registered), their sessions, attempts counted for
+-- rate limits, when each API key was last used, and runs published
 -- as public replay pages.
 CREATE TABLE users (
 	id                  TEXT PRIMARY KEY,
@@ -26,13 +26,13 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_user ON sessions (user_id);
 CREATE INDEX sessions_expires ON sessions (expires_at);
--- Failed sign-ins in fixed windows, per account ("account:<email>") and
--- per client address ("address:<ip>"); in the database so that several
--- daemons share the count.
-CREATE TABLE sign_in_failures (
-	key          TEXT PRIMARY KEY,
+-- Attempts counted in fixed windows for rate limits: failed sign-ins per
+-- account and per client address, registrations per address. In the
+-- database so that several daemons share the count.
+CREATE TABLE auth_attempts (
+	key          TEXT PRIMARY KEY, -- e.g. "sign-in-account:<email>"
 	window_start INTEGER NOT NULL,
-	failures     INTEGER NOT NULL
+	attempts     INTEGER NOT NULL
 );
 -- When each API key was last used, written at most once a minute per key;
 -- its own small table so that authenticating never rewrites api_keys.
