@@ -74,9 +74,10 @@ type Models interface {
 type Config struct {
 	Boot   BootFunc
 	Models Models
-	// ReplayOf, when set, names the recording whose model turns this
-	// executor replays; the timeline says so.
-	ReplayOf string
+	// Replays serves runs that ask for a replay (runs.Spec.Replay): the
+	// named recording's model, priced, with a fresh provider that replays
+	// its turns. Nil: such runs fail.
+	Replays func(name string) (registry.Model, error)
 
 	// MaxTurns bounds the model calls of one run (default 20).
 	MaxTurns int
@@ -127,7 +128,7 @@ func New(cfg Config) (*Executor, error) {
 
 // Execute runs spec to its end: boot, files, the model loop, destroy.
 func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (_ runs.Result, err error) {
-	m, err := e.cfg.Models.Lookup(spec.Model)
+	m, err := e.model(spec)
 	if err != nil {
 		return runs.Result{}, fmt.Errorf("agent: %w", err)
 	}
@@ -178,7 +179,7 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	}); err != nil {
 		return runs.Result{}, err
 	}
-	if e.cfg.ReplayOf != "" {
+	if spec.Replay != "" {
 		if err := rec.Event(timeline.Model, "replay: model answers come from a recording, commands run live in this microVM",
 			map[string]any{"replay": true}); err != nil {
 			return runs.Result{}, err
@@ -191,6 +192,25 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 		return runs.Result{}, err
 	}
 	return runs.Result{Output: answer}, nil
+}
+
+// model resolves the run's model: its recording's replay for a replay
+// run, else the registry's provider.
+func (e *Executor) model(spec runs.Spec) (registry.Model, error) {
+	if spec.Replay == "" {
+		return e.cfg.Models.Lookup(spec.Model)
+	}
+	if e.cfg.Replays == nil {
+		return registry.Model{}, fmt.Errorf("replay %q: this daemon replays no recordings", spec.Replay)
+	}
+	m, err := e.cfg.Replays(spec.Replay)
+	if err != nil {
+		return registry.Model{}, fmt.Errorf("replay %q: %w", spec.Replay, err)
+	}
+	if m.Name != spec.Model {
+		return registry.Model{}, fmt.Errorf("replay %q: recorded with model %q, the run asks for %q", spec.Replay, m.Name, spec.Model)
+	}
+	return m, nil
 }
 
 // reportBlockedEgress puts what the VM's firewall dropped on the timeline,

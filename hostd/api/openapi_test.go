@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/ephemeralhq/ephemeral/examples"
+	"github.com/ephemeralhq/ephemeral/hostd/example"
 )
 
 // TestHandlersMatchOpenAPIDocument sends requests covering every endpoint
@@ -59,18 +61,30 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	})
 	defer openapi3filter.UnregisterBodyDecoder("text/event-stream")
 
-	// The recording the repository ships is what the endpoint describes,
-	// so a recording saved from it replays like the shipped one.
-	shipped, err := os.ReadFile("../../examples/product-page.json")
+	// The examples the repository ships hold what the endpoints describe:
+	// the request, the run, its events and its recording, so a recording
+	// saved from the API replays like a shipped one.
+	set, err := example.Load(examples.Files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var shippedDoc any
-	if err := json.Unmarshal(shipped, &shippedDoc); err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.Components.Schemas["Recording"].Value.VisitJSON(shippedDoc); err != nil {
-		t.Fatalf("examples/product-page.json does not match the Recording schema: %v", err)
+	for _, ex := range set.All() {
+		for _, part := range []struct {
+			schema string
+			doc    json.RawMessage
+		}{{"RunRequest", ex.Request}, {"Run", ex.Run}, {"Recording", ex.Recording}, {"Events", ex.Events}} {
+			var v any
+			if err := json.Unmarshal(part.doc, &v); err != nil {
+				t.Fatal(err)
+			}
+			schema := doc.Components.Schemas[part.schema]
+			if part.schema == "Events" {
+				schema = &openapi3.SchemaRef{Value: openapi3.NewArraySchema().WithItems(doc.Components.Schemas["Event"].Value)}
+			}
+			if err := schema.Value.VisitJSON(v); err != nil {
+				t.Errorf("example %s: its %s does not match the document: %v", ex.Name, part.schema, err)
+			}
+		}
 	}
 
 	run := h.createRun(productPageRequest)

@@ -38,6 +38,9 @@ type Spec struct {
 	Timeout           time.Duration
 	MaxCostMicros     int64
 	ZeroDataRetention bool
+	// Replay names a recording whose model turns the run replays instead
+	// of calling the model; its commands still run live. Empty: a live run.
+	Replay string
 }
 
 // NeedsEgress reports whether the run may reach anything outside its VM

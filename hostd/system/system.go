@@ -21,14 +21,15 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/ephemeralhq/ephemeral/examples"
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/api"
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/config"
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
+	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
-	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
@@ -46,6 +47,8 @@ type System struct {
 	Store       *store.Store
 	Connections *connections.Registry
 	Models      *registry.Registry
+	// Examples are the shipped examples, which runs may replay.
+	Examples *example.Set
 	Hub         *timeline.Hub
 	// Sandboxes is nil when Options.Executor replaces the agent.
 	Sandboxes *sandbox.Manager
@@ -71,10 +74,11 @@ type Options struct {
 	// run` uses a throwaway one. The state directory is then not locked,
 	// since the daemon serving it may be running.
 	Database string
-	// Replay makes the model's turns come from a recording (no provider
-	// needed): its model is served by the replay at the configured price.
-	Replay *recording.Replay
-	// ReplayOf names the recording for the timeline.
+	// Replay is a recording runs may replay (ephemeral run --replay)
+	// under the name ReplayOf, besides the shipped examples: a run with
+	// Spec.Replay == ReplayOf gets its model's turns from it, at the
+	// model's configured price, with no provider needed.
+	Replay   *recording.Replay
 	ReplayOf string
 	// Executor replaces the agent: no VMs are booted. For tests that must
 	// control the course of a run.
@@ -116,7 +120,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 	if err := s.openStore(ctx, dbPath); err != nil {
 		return nil, err
 	}
-	if s.Models, err = newModels(cfg, opts.Replay); err != nil {
+	if s.Models, err = newModels(cfg); err != nil {
+		return nil, err
+	}
+	if s.Examples, err = example.Load(examples.Files); err != nil {
 		return nil, err
 	}
 	s.Hub = timeline.NewHub()
@@ -136,7 +143,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		s.Agent, err = agent.New(agent.Config{
 			Boot:           sandboxBoot(s.Sandboxes, s.Broker),
 			Models:         s.Models,
-			ReplayOf:       opts.ReplayOf,
+			Replays:        s.replays(opts.Replay, opts.ReplayOf),
 			MaxTurns:       cfg.MaxModelTurns,
 			CommandTimeout: cfg.CommandTimeout,
 		})
@@ -217,8 +224,8 @@ func NewSandboxes(cfg config.Config, dir string, log *slog.Logger) (*sandbox.Man
 }
 
 // newModels builds the model registry from the configured providers and
-// prices; a replay adds its recording as the provider of its model.
-func newModels(cfg config.Config, replay *recording.Replay) (*registry.Registry, error) {
+// prices.
+func newModels(cfg config.Config) (*registry.Registry, error) {
 	rc := registry.Config{
 		OpenAI:    registry.ProviderConfig{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, MaxTokensField: cfg.OpenAIMaxTokensField},
 		Anthropic: registry.ProviderConfig{BaseURL: cfg.AnthropicBaseURL, APIKey: cfg.AnthropicAPIKey},
@@ -232,19 +239,32 @@ func newModels(cfg config.Config, replay *recording.Replay) (*registry.Registry,
 			return nil, fmt.Errorf("models-file %s: %w", cfg.ModelsFile, err)
 		}
 	}
-	if replay != nil {
-		// A replay costs what the original run cost: its model's price as
-		// configured, served by the recording.
-		name := replay.Model()
-		price, ok := registry.ConfiguredPrice(rc.Models, name)
-		if !ok {
-			return nil, fmt.Errorf("model %q of the recording has no price (add it to the models-file)", name)
-		}
-		const replayProvider = "replay"
-		rc.Providers = map[string]model.Provider{replayProvider: replay}
-		rc.Models = append(rc.Models, registry.ModelConfig{Name: name, Provider: replayProvider, Price: &price})
-	}
 	return registry.New(rc)
+}
+
+// replays serves replay runs: the recording given as own (under the name
+// ownName) and the shipped examples by name. Each run gets a fresh replay
+// of the recording as its model's provider, at the model's configured
+// price: a replay costs what the recorded run's model calls cost.
+func (s *System) replays(own *recording.Replay, ownName string) func(name string) (registry.Model, error) {
+	return func(name string) (registry.Model, error) {
+		var replay *recording.Replay
+		if own != nil && name == ownName {
+			replay = own
+		} else if ex, ok := s.Examples.Get(name); ok {
+			var err error
+			if replay, err = ex.NewReplay(); err != nil {
+				return registry.Model{}, err
+			}
+		} else {
+			return registry.Model{}, fmt.Errorf("no recording %q", name)
+		}
+		price, ok := s.Models.Price(replay.Model())
+		if !ok {
+			return registry.Model{}, fmt.Errorf("model %q of the recording has no price (add it to the models-file)", replay.Model())
+		}
+		return registry.Model{Name: replay.Model(), ProviderName: "replay", Provider: replay, Price: price}, nil
+	}
 }
 
 // LogModels says at start-up which models runs can use, and warns when

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
+	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
@@ -60,6 +62,7 @@ func runOnce(c *cli.Context) error {
 		if replay, err = loadReplay(path, &spec); err != nil {
 			return err
 		}
+		spec.Replay = path
 	} else if spec.Prompt == "" {
 		return errors.New("run: give --replay RECORDING or --prompt TEXT")
 	}
@@ -97,16 +100,23 @@ func runOnce(c *cli.Context) error {
 	return nil
 }
 
-// loadReplay loads a recording and takes the run's prompt, model and
-// permissions from its first request, so the replay asks what was asked.
-// Connections are not replayed: the throwaway organisation has none.
+// loadReplay loads a recording, or an example document's (see package
+// example), and takes the run's prompt, model and permissions from its
+// first request, so the replay asks what was asked. Connections are not
+// replayed: the throwaway organisation has none.
 func loadReplay(path string, spec *runs.Spec) (*recording.Replay, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	defer f.Close()
-	exchanges, err := recording.Decode(f)
+	if example.IsExample(data) {
+		ex, err := example.Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("run: %s: %w", path, err)
+		}
+		data = ex.Recording
+	}
+	exchanges, err := recording.Decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("run: %s: %w", path, err)
 	}

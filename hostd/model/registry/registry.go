@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
@@ -194,16 +193,45 @@ func (r *Registry) Names() []string {
 	return names
 }
 
-// ConfiguredPrice is the price of model name in models, or else its
-// default price, whether or not its provider is configured: what a
-// recording of a run with that model is billed at when replayed.
-func ConfiguredPrice(models []ModelConfig, name string) (model.Price, bool) {
-	for _, m := range append(slices.Clone(models), DefaultModels()...) {
-		if m.Name == name && m.Price != nil {
-			return *m.Price, true
-		}
+// Price is the configured price of model name whether or not its provider
+// is configured: what a recording of a run with that model is billed at
+// when replayed.
+func (r *Registry) Price(name string) (model.Price, bool) {
+	e, ok := r.models[name]
+	if !ok || e.cfg.Price == nil {
+		return model.Price{}, false
 	}
-	return model.Price{}, false
+	return *e.cfg.Price, true
+}
+
+// Status is what the registry knows of one model, usable or not.
+type Status struct {
+	Name     string
+	Provider string
+	// Price is nil for a model without one (not usable).
+	Price *model.Price
+	// ProviderConfigured is false when the model's provider lacks its
+	// key or base URL.
+	ProviderConfigured bool
+	// Usable is whether a run may use the model now.
+	Usable bool
+}
+
+// Models lists every model the registry knows, usable or not, by name.
+func (r *Registry) Models() []Status {
+	out := make([]Status, 0, len(r.models))
+	for name, e := range r.models {
+		_, configured := r.providers[e.cfg.Provider]
+		_, err := r.Lookup(name)
+		st := Status{Name: name, Provider: e.cfg.Provider, ProviderConfigured: configured, Usable: err == nil}
+		if e.cfg.Price != nil {
+			p := *e.cfg.Price
+			st.Price = &p
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // ModelsFile is the format of the models file (the models-file setting):

@@ -123,16 +123,45 @@ func TestParseModelsFileErrors(t *testing.T) {
 	}
 }
 
-func TestConfiguredPrice(t *testing.T) {
+func TestPriceAndModelsIgnoreWhetherTheProviderIsConfigured(t *testing.T) {
 	custom := &model.Price{InputMicrosPerMTok: 7, OutputMicrosPerMTok: 9}
-	if p, ok := ConfiguredPrice([]ModelConfig{{Name: "gpt-4o", Provider: "openai", Price: custom}}, "gpt-4o"); !ok || p != *custom {
+	// Nothing configured: an offline install.
+	r, err := New(Config{Models: []ModelConfig{{Name: "gpt-4o", Provider: "openai", Price: custom}, {Name: "unpriced", Provider: "anthropic"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := r.Price("gpt-4o"); !ok || p != *custom {
 		t.Errorf("override: %+v %v", p, ok)
 	}
-	if p, ok := ConfiguredPrice(nil, "openai/gpt-6-luna"); !ok || p.InputMicrosPerMTok != 50_000 {
+	if p, ok := r.Price("openai/gpt-6-luna"); !ok || p.InputMicrosPerMTok != 50_000 {
 		t.Errorf("default: %+v %v", p, ok)
 	}
-	if _, ok := ConfiguredPrice(nil, "gpt-7-imaginary"); ok {
-		t.Error("priced an unknown model")
+	for _, name := range []string{"gpt-7-imaginary", "unpriced"} {
+		if _, ok := r.Price(name); ok {
+			t.Errorf("priced %s", name)
+		}
+	}
+	models := r.Models()
+	byName := map[string]Status{}
+	for i, m := range models {
+		byName[m.Name] = m
+		if i > 0 && models[i-1].Name >= m.Name {
+			t.Errorf("not sorted by name: %s before %s", models[i-1].Name, m.Name)
+		}
+	}
+	luna := byName["openai/gpt-6-luna"]
+	if luna.Provider != "openai" || luna.ProviderConfigured || luna.Usable || luna.Price == nil || luna.Price.OutputMicrosPerMTok != 400_000 {
+		t.Errorf("offline product page model: %+v", luna)
+	}
+	if u := byName["unpriced"]; u.Price != nil || u.Usable {
+		t.Errorf("unpriced model: %+v", u)
+	}
+
+	r, _ = New(Config{OpenAI: ProviderConfig{APIKey: "sk"}})
+	for _, m := range r.Models() {
+		if m.Name == "openai/gpt-6-luna" && (!m.ProviderConfigured || !m.Usable) {
+			t.Errorf("configured: %+v", m)
+		}
 	}
 }
 
