@@ -63,7 +63,7 @@ const (
 
 // Rate limits: attempts per window.
 const (
-	LimitWindow             = 15 * time.Minute
+	LimitWindow              = 15 * time.Minute
 	SignInFailuresPerAccount = 5
 	SignInFailuresPerAddress = 20
 	RegistrationsPerAddress  = 10

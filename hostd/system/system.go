@@ -49,7 +49,7 @@ type System struct {
 	Models      *registry.Registry
 	// Examples are the shipped examples, which runs may replay.
 	Examples *example.Set
-	Hub         *timeline.Hub
+	Hub      *timeline.Hub
 	// Sandboxes is nil when Options.Executor replaces the agent.
 	Sandboxes *sandbox.Manager
 	Broker    *broker.Broker
