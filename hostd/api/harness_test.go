@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
@@ -87,8 +89,10 @@ type harness struct {
 	dbPath string
 	store  *store.Store
 	svc    *runs.Service
-	orgID  string
-	key    string
+	// accounts signs browsers in: their session cookie works as a key.
+	accounts *accounts.Service
+	orgID    string
+	key      string
 }
 
 type harnessConfig struct {
@@ -123,7 +127,16 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
 		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
-	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
+	accts := accounts.New(st, accounts.Config{KDF: accounts.Params{Time: 1, MemoryKiB: 64, Threads: 1}, StarterCreditMicros: 1_000_000})
+	models, err := registry.New(registry.Config{OpenAI: registry.ProviderConfig{APIKey: "sk-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000,
+		Models: models.Models, Sessions: accts,
+		ExampleRequest: func(name string) (json.RawMessage, bool) {
+			return json.RawMessage(productPageRequest), name == "product-page"
+		}})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)
 	ts.Start()
@@ -137,7 +150,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		<-served
 		st.Close()
 	})
-	h := &harness{t: t, url: ts.URL, dbPath: dbPath, store: st, svc: svc}
+	h := &harness{t: t, url: ts.URL, dbPath: dbPath, store: st, svc: svc, accounts: accts}
 	h.orgID, h.key = h.newOrg("acme", cfg.credit)
 	return h
 }

@@ -89,6 +89,8 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 
 	run := h.createRun(productPageRequest)
 	h.waitFinished(run.ID)
+	cookie, _ := h.register("ada@example.org")
+	replay := strings.Replace(productPageRequest, `"web": false,`, `"web": false, "replay": "product-page",`, 1)
 	calls := []struct {
 		method, path, body string
 		headers            []string
@@ -115,6 +117,13 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"GET", "/v1/runs/" + run.ID + "/events", "", nil, 200, false},
 		{"GET", "/v1/runs/" + run.ID + "/events?after=2", "", nil, 200, false},
 		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "3"}, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "1000"}, 204, false},
+		{"POST", "/v1/runs", replay, nil, 201, false},
+		{"POST", "/v1/runs", strings.Replace(replay, `"shell": true`, `"shell": false`, 1), nil, 400, false},
+		{"GET", "/v1/runs?status=succeeded", "", nil, 200, false},
+		{"GET", "/v1/models", "", []string{"Authorization", ""}, 200, false},
+		{"GET", "/v1/balance", "", []string{"Authorization", "", "Cookie", cookie}, 200, false},
+		{"POST", "/v1/runs", productPageRequest, []string{"Authorization", "", "Cookie", cookie, "Sec-Fetch-Site", "cross-site"}, 403, false},
 		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 200, false},
 		{"GET", "/v1/runs/run_00000000000000000000000000000000/recording", "", nil, 404, false},
 		{"POST", "/v1/runs/" + run.ID + "/cancel", "", nil, 200, false},

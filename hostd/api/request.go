@@ -41,6 +41,7 @@ type runRequest struct {
 	TimeoutSeconds    *int64              `json:"timeout_seconds"`
 	MaxCostMicros     *int64              `json:"max_cost_micros"`
 	ZeroDataRetention *bool               `json:"zero_data_retention"`
+	Replay            *string             `json:"replay"`
 }
 
 type connectionRequest struct {
@@ -66,6 +67,9 @@ type canonicalRequest struct {
 	TimeoutSeconds    int64             `json:"timeout_seconds"`
 	MaxCostMicros     int64             `json:"max_cost_micros"`
 	ZeroDataRetention bool              `json:"zero_data_retention"`
+	// Replay is omitted when empty, so live requests encode (and hash
+	// for idempotency) as they did before replays existed.
+	Replay string `json:"replay,omitempty"`
 }
 
 // decodeStrict decodes exactly one JSON value into v, rejecting unknown
@@ -129,6 +133,7 @@ func jsonTypeName(goType string) string {
 }
 
 var (
+	exampleName    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	connectionName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	httpMethods    = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true}
 )
@@ -151,7 +156,14 @@ func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
 		}
 		c.Model = *req.Model
 	}
-	if lim.validateModel != nil {
+	if req.Replay != nil {
+		if !exampleName.MatchString(*req.Replay) {
+			return c, badParam("replay", "parameter_invalid", "replay must name an example, e.g. \"product-page\"")
+		}
+		c.Replay = *req.Replay
+	} else if lim.validateModel != nil {
+		// A replay's model answers from its recording: its provider need
+		// not be configured.
 		if err := lim.validateModel(c.Model); err != nil {
 			return c, badParam("model", "model_not_available", err.Error())
 		}
@@ -272,7 +284,7 @@ func (c canonicalRequest) spec(orgID string) runs.Spec {
 	return runs.Spec{
 		OrgID: orgID, Prompt: c.Prompt, Model: c.Model, Shell: c.Shell, Web: c.Web,
 		Connections: c.Connections, Files: c.Files, Timeout: time.Duration(c.TimeoutSeconds) * time.Second,
-		MaxCostMicros: c.MaxCostMicros, ZeroDataRetention: c.ZeroDataRetention,
+		MaxCostMicros: c.MaxCostMicros, ZeroDataRetention: c.ZeroDataRetention, Replay: c.Replay,
 	}
 }
 

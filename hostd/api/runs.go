@@ -3,8 +3,10 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,6 +94,9 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 		return
 	}
 	canon, apiErr := req.validate(s.lim)
+	if apiErr == nil && canon.Replay != "" {
+		apiErr = s.checkReplay(canon)
+	}
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
@@ -236,7 +241,12 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after must be a run id"))
 		return
 	}
-	list, more, err := s.store.ListRuns(r.Context(), orgID, after, limit)
+	status := store.Status(q.Get("status"))
+	if status != "" && !slices.Contains(store.Statuses, status) {
+		writeError(w, badParam("status", "parameter_invalid", fmt.Sprintf("status must be one of %v", store.Statuses)))
+		return
+	}
+	list, more, err := s.store.ListRunsWithStatus(r.Context(), orgID, status, after, limit)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after names no run of this organisation"))
 		return

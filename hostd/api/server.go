@@ -1,15 +1,20 @@
 // Package api serves Ephemeral's HTTP API: the /v1 runs API with its
 // conventions (JSON errors naming the field, strict decoding, idempotency,
 // live Server-Sent Events), /healthz, /metrics and the OpenAPI document.
+// Clients authenticate with an API key; browsers of the web app may use
+// their session cookie instead, guarded against cross-site forgery.
 package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 
+	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -22,6 +27,22 @@ type Config struct {
 	// Nil accepts any name.
 	ValidateModel func(model string) error
 	Logger        *slog.Logger
+
+	// Models lists every model for GET /v1/models (a
+	// *registry.Registry's Models). Nil lists none.
+	Models func() []registry.Status
+	// ExampleRequest returns the request of the example a run may
+	// replay ("replay": name). Nil: no run may replay.
+	ExampleRequest func(name string) (json.RawMessage, bool)
+	// Sessions, when set, lets browsers call the API with their session
+	// cookie instead of an API key (an *accounts.Service).
+	Sessions Sessions
+}
+
+// Sessions resolves a request's session cookie to the signed-in user's
+// organisation; accounts.ErrNoSession means there is no live session.
+type Sessions interface {
+	SessionOrg(ctx context.Context, r *http.Request) (string, error)
 }
 
 type limits struct {
@@ -36,6 +57,13 @@ type Server struct {
 	runs  *runs.Service
 	lim   limits
 	log   *slog.Logger
+
+	models         func() []registry.Status
+	exampleRequest func(string) (json.RawMessage, bool)
+	sessions       Sessions
+	// crossOrigin refuses state-changing requests a browser sends from
+	// another origin with the session cookie: cross-site request forgery.
+	crossOrigin *http.CrossOriginProtection
 
 	// closingCtx ends live event streams when the daemon shuts down,
 	// since http.Server.Shutdown waits for handlers but does not cancel
@@ -54,7 +82,9 @@ func New(st *store.Store, svc *runs.Service, cfg Config) *Server {
 	}
 	closingCtx, closeStreams := context.WithCancel(context.Background())
 	return &Server{store: st, runs: svc, log: cfg.Logger, closingCtx: closingCtx, CloseStreams: closeStreams,
-		lim: limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel}}
+		lim:    limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel},
+		models: cfg.Models, exampleRequest: cfg.ExampleRequest, sessions: cfg.Sessions,
+		crossOrigin: http.NewCrossOriginProtection()}
 }
 
 // Handler routes every endpoint.
@@ -71,6 +101,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /v1/runs/{id}/events", s.authed(s.events))
 	mux.Handle("GET /v1/runs/{id}/recording", s.authed(s.getRecording))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
+	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "not_found",
 			Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
@@ -80,9 +111,14 @@ func (s *Server) Handler() http.Handler {
 
 type orgKey struct{}
 
-// authed resolves the Bearer key to its organisation before h runs.
+// authed resolves the Bearer key, or a browser's session cookie, to its
+// organisation before h runs.
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" && s.sessions != nil && accounts.HasSessionCookie(r) {
+			s.sessionAuthed(w, r, h)
+			return
+		}
 		orgID, err := auth.Authenticate(r.Context(), s.store, r.Header.Get("Authorization"))
 		if errors.Is(err, auth.ErrUnauthenticated) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ephemeral"`)
@@ -96,6 +132,29 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), orgKey{}, orgID)), orgID)
 	})
+}
+
+// sessionAuthed serves a browser that sent its session cookie. A cookie
+// goes with every request the browser makes to this origin, also those a
+// page of another origin makes it send: a request that changes state must
+// come from a page of this origin (Sec-Fetch-Site, else Origin).
+func (s *Server) sessionAuthed(w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request, string)) {
+	orgID, err := s.sessions.SessionOrg(r.Context(), r)
+	if errors.Is(err, accounts.ErrNoSession) {
+		writeError(w, &apiError{Status: http.StatusUnauthorized, Type: authentication, Code: "session_expired",
+			Message: "the session has ended: sign in again, or send an API key as Authorization: Bearer eph_..."})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if err := s.crossOrigin.Check(r); err != nil {
+		writeError(w, &apiError{Status: http.StatusForbidden, Type: invalidRequest, Code: "cross_origin_request",
+			Message: "a request with the session cookie that changes state must come from this site's own pages"})
+		return
+	}
+	h(w, r.WithContext(context.WithValue(r.Context(), orgKey{}, orgID)), orgID)
 }
 
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {

@@ -54,6 +54,14 @@ type Config struct {
 	// DebianMirror is where `ephemeral image build` gets the guest's
 	// packages.
 	DebianMirror string
+
+	// StarterCreditMicros is credited to the organisation of every
+	// account registered in the web app.
+	StarterCreditMicros int64
+	// SessionIdleTimeout ends a web session not used for this long;
+	// SessionMaxAge ends every session this long after sign-in.
+	SessionIdleTimeout time.Duration
+	SessionMaxAge      time.Duration
 }
 
 // VMM choices.
@@ -82,6 +90,10 @@ func Defaults() Config {
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
 		DebianMirror:             "http://deb.debian.org/debian",
+		// $1.00: 25 runs of the product page's $0.04 budget.
+		StarterCreditMicros: 1_000_000,
+		SessionIdleTimeout:  7 * 24 * time.Hour,
+		SessionMaxAge:       30 * 24 * time.Hour,
 	}
 }
 
@@ -163,6 +175,9 @@ var Settings = []Setting{
 	{Name: "models-file", Usage: `JSON file of models and prices: {"models":[{"name","provider","price"}]}`, field: func(c *Config) any { return &c.ModelsFile }},
 	{Name: "secret-key", Usage: "key sealing connection secrets, 64 hex digits (default: <state-dir>/secret.key)", Secret: true, field: func(c *Config) any { return &c.SecretKey }},
 	{Name: "debian-mirror", Usage: "Debian mirror the guest image is built from (ephemeral image build)", field: func(c *Config) any { return &c.DebianMirror }},
+	{Name: "starter-credit-micros", Usage: "balance credited to the organisation of each account registered in the web app", field: func(c *Config) any { return &c.StarterCreditMicros }},
+	{Name: "session-idle-timeout", Usage: "how long a web app session lasts without being used", field: func(c *Config) any { return &c.SessionIdleTimeout }},
+	{Name: "session-max-age", Usage: "how long a web app session lasts at most after signing in", field: func(c *Config) any { return &c.SessionMaxAge }},
 }
 
 // Lookup finds a setting by name.
@@ -195,7 +210,8 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"retention", c.Retention}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout}} {
+	}{{"retention", c.Retention}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout},
+		{"session-idle-timeout", c.SessionIdleTimeout}, {"session-max-age", c.SessionMaxAge}} {
 		if d.v <= 0 {
 			bad(d.name, "must be a positive duration, got %v", d.v)
 		}
@@ -212,7 +228,8 @@ func (c Config) Validate() error {
 	for _, n := range []struct {
 		name string
 		v    int64
-	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest}} {
+	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest},
+		{"starter-credit-micros", c.StarterCreditMicros}} {
 		if n.v < 0 {
 			bad(n.name, "must not be negative, got %d", n.v)
 		}

@@ -13,6 +13,7 @@ package system
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/ephemeralhq/ephemeral/examples"
+	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/api"
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
@@ -55,6 +57,7 @@ type System struct {
 	Broker    *broker.Broker
 	Agent     *agent.Executor
 	Runs      *runs.Service
+	Accounts  *accounts.Service
 	API       *api.Server
 
 	closers []func() error // in the order the parts were built
@@ -168,13 +171,37 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		Reconcile:       reconcile,
 		Logger:          s.Log,
 	})
+	s.Accounts = accounts.New(s.Store, accounts.Config{
+		StarterCreditMicros: cfg.StarterCreditMicros,
+		IdleTimeout:         cfg.SessionIdleTimeout,
+		MaxAge:              cfg.SessionMaxAge,
+		Provision:           s.ProvisionOrg,
+		Logger:              s.Log,
+	})
 	s.API = api.New(s.Store, s.Runs, api.Config{
 		DefaultModel:  cfg.DefaultModel,
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
 		Logger:        s.Log,
+		Models:        s.Models.Models,
+		ExampleRequest: func(name string) (json.RawMessage, bool) {
+			ex, ok := s.Examples.Get(name)
+			return ex.Request, ok
+		},
+		Sessions: s.Accounts,
 	})
 	return s, nil
+}
+
+// ProvisionOrg gives a new organisation what every organisation starts
+// with: the example connections (the read-only example CRM), so the
+// examples that use them run at once. One it has already is left alone.
+func (s *System) ProvisionOrg(ctx context.Context, orgID string) error {
+	err := s.Connections.Add(ctx, orgID, examplecrm.Connection())
+	if errors.Is(err, store.ErrConnectionExists) {
+		return nil
+	}
+	return err
 }
 
 // OpenStore builds only the database and the connection registry, for

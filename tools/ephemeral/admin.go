@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
+	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
@@ -36,7 +37,11 @@ var adminCommand = &cli.Command{
 					if c.Bool("no-examples") {
 						return nil
 					}
-					return addExampleConnection(c, sys.Connections, o)
+					if err := sys.ProvisionOrg(c.Context, o.ID); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "added example connection %s (read-only, served by the daemon)\n", examplecrm.Name)
+					return nil
 				}),
 			}},
 		},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
-	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
 )
@@ -108,18 +106,4 @@ func withRegistry(action func(*cli.Context, *store.Store, *connections.Registry)
 	return withSystem(func(c *cli.Context, sys *system.System) error {
 		return action(c, sys.Store, sys.Connections)
 	})
-}
-
-// addExampleConnection registers the offline example CRM for a new
-// organisation, so the playground's connection examples work at once.
-func addExampleConnection(c *cli.Context, reg *connections.Registry, o store.Org) error {
-	err := reg.Add(c.Context, o.ID, examplecrm.Connection())
-	if errors.Is(err, store.ErrConnectionExists) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(c.App.Writer, "added example connection %s (read-only, served by the daemon)\n", examplecrm.Name)
-	return nil
 }
