@@ -134,8 +134,8 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000,
 		Models: models.Models, Sessions: accts,
-		ExampleRequest: func(name string) (json.RawMessage, bool) {
-			return json.RawMessage(productPageRequest), name == "product-page"
+		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
+			return json.RawMessage(productPageRequest), "openai/gpt-6-luna", name == "product-page"
 		}})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)

@@ -17,9 +17,10 @@ import (
 // Timeout, budget and zero data retention may differ.
 func (s *Server) checkReplay(c canonicalRequest) *apiError {
 	var recorded json.RawMessage
+	var model string
 	ok := false
 	if s.exampleRequest != nil {
-		recorded, ok = s.exampleRequest(c.Replay)
+		recorded, model, ok = s.exampleRequest(c.Replay)
 	}
 	if !ok {
 		return badParam("replay", "replay_not_found", fmt.Sprintf("there is no example %q to replay", c.Replay))
@@ -32,6 +33,11 @@ func (s *Server) checkReplay(c canonicalRequest) *apiError {
 			Message: fmt.Sprintf("the example %q has an unreadable request", c.Replay)}
 	}
 	req.Replay = &c.Replay
+	// An example that names no model ran with the model of its recording,
+	// whatever this daemon's default is.
+	if req.Model == nil {
+		req.Model = &model
+	}
 	want, apiErr := req.validate(s.lim)
 	if apiErr != nil {
 		return &apiError{Status: http.StatusInternalServerError, Type: internal, Code: "internal_error",

@@ -32,8 +32,9 @@ type Config struct {
 	// *registry.Registry's Models). Nil lists none.
 	Models func() []registry.Status
 	// ExampleRequest returns the request of the example a run may
-	// replay ("replay": name). Nil: no run may replay.
-	ExampleRequest func(name string) (json.RawMessage, bool)
+	// replay ("replay": name) and the model its recording used. Nil: no
+	// run may replay.
+	ExampleRequest func(name string) (request json.RawMessage, model string, ok bool)
 	// Sessions, when set, lets browsers call the API with their session
 	// cookie instead of an API key (an *accounts.Service).
 	Sessions Sessions
@@ -59,7 +60,7 @@ type Server struct {
 	log   *slog.Logger
 
 	models         func() []registry.Status
-	exampleRequest func(string) (json.RawMessage, bool)
+	exampleRequest func(string) (json.RawMessage, string, bool)
 	sessions       Sessions
 	// crossOrigin refuses state-changing requests a browser sends from
 	// another origin with the session cookie: cross-site request forgery.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ephemeralhq/ephemeral/hostd/web"
 )
 
 // Start settles the runs a previous daemon left active (and removes their
@@ -44,7 +46,7 @@ func (s *System) Serve(ctx context.Context) error {
 		return fmt.Errorf("system: listen on %s: %w", s.Config.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           s.API.Handler(),
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -53,7 +55,10 @@ func (s *System) Serve(ctx context.Context) error {
 	srv.RegisterOnShutdown(s.API.CloseStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	s.Log.Info("serving the Ephemeral API", "addr", ln.Addr().String(), "state_dir", s.Config.StateDir)
+	s.Log.Info("serving the Ephemeral API and web app", "addr", ln.Addr().String(), "state_dir", s.Config.StateDir)
+	if s.Announce != nil {
+		fmt.Fprintf(s.Announce, "Ephemeral is serving on %s — open it in a browser (Ctrl-C stops it)\n", BaseURL(ln.Addr()))
+	}
 
 	var result error
 	select {
@@ -68,6 +73,32 @@ func (s *System) Serve(ctx context.Context) error {
 		result = errors.Join(result, fmt.Errorf("system: shutdown: %w", err))
 	}
 	return result
+}
+
+// Handler is everything the daemon serves on its one origin: the API
+// (/v1, /healthz, /metrics, /openapi.json) and the web app (the rest),
+// every response with the security headers.
+func (s *System) Handler() http.Handler {
+	mux := http.NewServeMux()
+	api := s.API.Handler()
+	for _, p := range []string{"/v1/", "/healthz", "/metrics", "/openapi.json"} {
+		mux.Handle(p, api)
+	}
+	mux.Handle("/", s.Web.Handler())
+	return web.SecurityHeaders(mux)
+}
+
+// BaseURL is the address a browser on this machine opens for a listener:
+// a wildcard address becomes loopback.
+func BaseURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // lockStateDir makes sure only one daemon serves a state directory: a

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -39,6 +40,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/hostd/web"
 )
 
 // System is the daemon's parts, built from one Config.
@@ -59,6 +61,11 @@ type System struct {
 	Runs      *runs.Service
 	Accounts  *accounts.Service
 	API       *api.Server
+	Web       *web.Server
+
+	// Announce, when set, gets the line telling a person which URL to
+	// open once Serve listens.
+	Announce io.Writer
 
 	closers []func() error // in the order the parts were built
 
@@ -184,12 +191,25 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
 		Logger:        s.Log,
 		Models:        s.Models.Models,
-		ExampleRequest: func(name string) (json.RawMessage, bool) {
+		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
 			ex, ok := s.Examples.Get(name)
-			return ex.Request, ok
+			return ex.Request, ex.Model(), ok
 		},
 		Sessions: s.Accounts,
 	})
+	s.Web, err = web.New(web.Config{
+		Store:               s.Store,
+		Accounts:            s.Accounts,
+		Examples:            s.Examples,
+		Models:              s.Models.Models,
+		DefaultModel:        cfg.DefaultModel,
+		Retention:           cfg.Retention,
+		StarterCreditMicros: cfg.StarterCreditMicros,
+		Logger:              s.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

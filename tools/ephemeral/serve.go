@@ -39,6 +39,7 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer sys.Close()
+	sys.Announce = c.App.Writer
 	sys.LogModels()
 	if err := sys.Start(ctx); err != nil {
 		return err
