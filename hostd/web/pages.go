@@ -3,8 +3,8 @@ package web
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -287,4 +287,3 @@ func (s *Server) connectionOptions(r *http.Request, user *store.User, granted ma
 	}
 	return out, nil
 }
-
