@@ -341,6 +341,12 @@ type upstreamHost struct {
 
 func newUpstreamHost(t *testing.T, body string) *upstreamHost {
 	t.Helper()
+	return newUpstreamHostOn(t, body, 8080)
+}
+
+// newUpstreamHostOn is newUpstreamHost serving on port.
+func newUpstreamHostOn(t *testing.T, body string, port int) *upstreamHost {
+	t.Helper()
 	ns, err := newUnnamedNamespace()
 	if err != nil {
 		t.Fatalf("upstream namespace: %v", err)
@@ -384,7 +390,7 @@ func newUpstreamHost(t *testing.T, body string) *upstreamHost {
 	var ln net.Listener
 	must("listen", inNamespace(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", upSide.String()+":8080")
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(upSide, uint16(port)).String())
 		return err
 	}))
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -2,18 +2,34 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
+	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/agent"
+	"github.com/ephemeralhq/ephemeral/hostd/auth"
+	"github.com/ephemeralhq/ephemeral/hostd/broker"
+	"github.com/ephemeralhq/ephemeral/hostd/config"
 	"github.com/ephemeralhq/ephemeral/hostd/example"
+	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
 )
 
 // update rewrites the example documents in ../examples: go test ./tests
@@ -229,5 +245,251 @@ func TestProductPageExample(t *testing.T) {
 		Run:       rawJSON(t, run),
 		Events:    rawJSON(t, events),
 		Recording: encodeRecording(t, exchanges),
+	})
+}
+
+// scriptedModel answers the first call with first and the second with the
+// text answer writes from the tool results the model really got, as a
+// model would.
+func scriptedModel(first fakeprovider.Turn, answer func(results map[string]string) string, usage fakeprovider.Usage) http.Handler {
+	fake := fakeprovider.New(first)
+	var mu sync.Mutex
+	calls := 0
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		calls++
+		if calls == 2 {
+			fake.Append(fakeprovider.Turn{Text: answer(toolOutputs(body)), Usage: usage})
+		}
+		mu.Unlock()
+		fake.ServeHTTP(w, r)
+	})
+}
+
+// recordThroughAPI runs request on a daemon the composition root builds,
+// in-process (so that opts can reach a test upstream), through its HTTP
+// API with a member key of an organisation set up as registration does;
+// the model answers from model. It returns the run, its timeline and its
+// recording as the API serves them.
+func recordThroughAPI(t *testing.T, request string, opts system.Options, model http.Handler) (run, events, rec json.RawMessage) {
+	t.Helper()
+	requireVM(t)
+	ctx := context.Background()
+	modelSrv := httptest.NewServer(model)
+	defer modelSrv.Close()
+	cfg := config.Defaults()
+	cfg.StateDir, cfg.OpenAIBaseURL, cfg.MaxConcurrentRuns = stateDir(), modelSrv.URL+"/v1", 1
+	dir := t.TempDir()
+	opts.Database, opts.SandboxDir, opts.Logger = filepath.Join(dir, "ephemeral.db"), filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(t.Output(), nil))
+	sys, err := system.New(ctx, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sys.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		assertNothingLeft(t, opts.SandboxDir)
+	}()
+	if err := sys.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(sys.Handler())
+	defer api.Close()
+	org, err := sys.Store.CreateOrg(ctx, "examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.ProvisionOrg(ctx, org.ID); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sys.Store.AddMember(ctx, org.ID, "examples@ephemeral.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := auth.NewKey()
+	if err := sys.Store.AddKey(ctx, m, key.ID, key.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Store.Credit(ctx, org.ID, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	d := daemon{url: api.URL, key: key.Secret}
+	var created apiRun
+	if status := d.call(t, "POST", "/v1/runs", strings.NewReader(request), map[string]string{"Content-Type": "application/json"}, &created); status != http.StatusCreated {
+		t.Fatalf("POST /v1/runs: %d %+v", status, created.Error)
+	}
+	if finished, _ := d.waitRun(t, created.ID); finished.Status != "succeeded" {
+		t.Fatalf("run %s: %+v", finished.Status, finished.Error)
+	}
+	var page struct {
+		Data json.RawMessage `json:"data"`
+	}
+	d.call(t, "GET", "/v1/runs/"+created.ID, nil, nil, &run)
+	d.call(t, "GET", "/v1/runs/"+created.ID+"/events", nil, nil, &page)
+	d.call(t, "GET", "/v1/runs/"+created.ID+"/recording", nil, nil, &rec)
+	var compact bytes.Buffer
+	json.Compact(&compact, rec)
+	return run, page.Data, compact.Bytes()
+}
+
+// checkCommitted checks, without -update, that the committed document of
+// an example recorded in a microVM parses and holds timeline entries with
+// each of want.
+func checkCommitted(t *testing.T, name string, want ...string) example.Example {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(examplesDir, name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := example.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []exampleEvent
+	if err := json.Unmarshal(e.Events, &events); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, ev := range events {
+		lines = append(lines, ev.Category+": "+ev.Message)
+	}
+	all := strings.Join(lines, "\n")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("%s's timeline lacks %q:\n%s", name, w, all)
+		}
+	}
+	return e
+}
+
+const crmRequest = `{
+  "prompt": "Which of our customers are in Germany? Look them up in the example-crm connection and show them as a Markdown table with their plan and monthly revenue. Then check that the connection refuses to create a customer.",
+  "shell": true,
+  "web": false,
+  "connections": [{"name": "example-crm", "methods": ["GET"]}],
+  "timeout_seconds": 120,
+  "max_cost_micros": 40000
+}`
+
+// The example that uses the read-only example CRM: recorded in a real
+// microVM, against the fake model provider.
+func TestCRMExample(t *testing.T) {
+	if !*update {
+		checkCommitted(t, "crm-lookup", "Connection: GET example-crm /customers → 200", "POST example-crm /customers → 403 refused")
+		return
+	}
+	lookup := `curl -sS -m 30 "$EPHEMERAL_CONNECTIONS_URL/example-crm/customers?country=DE" | python3 -m json.tool`
+	create := `curl -sS -m 30 -o /dev/null -w '%{http_code}\n' -X POST -H 'Content-Type: application/json' ` +
+		`-d '{"name":"Test GmbH"}' "$EPHEMERAL_CONNECTIONS_URL/example-crm/customers"`
+	model := scriptedModel(fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{
+		toolCall("call_1", agent.ConnectionTool, map[string]string{"connection": examplecrm.Name, "path": "/customers?country=DE"}),
+		shellCall("call_2", lookup),
+		shellCall("call_3", create),
+	}, Usage: fakeprovider.Usage{InputTokens: 1540, OutputTokens: 96}},
+		func(results map[string]string) string {
+			for _, name := range []string{"Ada Analytics GmbH", "Elbe Health e.V."} {
+				if !strings.Contains(results["call_1"], name) || !strings.Contains(results["call_2"], name) {
+					t.Fatalf("the CRM did not return %s: %q", name, results)
+				}
+			}
+			status := regexp.MustCompile(`(?m)^[0-9]{3}$`).FindString(results["call_3"])
+			return "| Customer | Plan | Monthly revenue |\n|---|---|---|\n| Ada Analytics GmbH | enterprise | $4,200 |\n| Elbe Health e.V. | enterprise | $3,100 |\n\n" +
+				"Creating a customer was refused with HTTP " + status + ": this run may only read from example-crm."
+		}, fakeprovider.Usage{InputTokens: 2210, OutputTokens: 84})
+	run, events, rec := recordThroughAPI(t, crmRequest, system.Options{}, model)
+	writeExample(t, example.Example{
+		Name: "crm-lookup", Order: 2,
+		Title: example.Text{
+			"en": "Query a CRM without handing over its credentials",
+			"de": "Ein CRM abfragen, ohne seine Zugangsdaten herauszugeben",
+		},
+		Summary: example.Text{
+			"en": "The agent looks up customers in the read-only example CRM from its tool and with curl inside the microVM, and finds that writing is refused.",
+			"de": "Der Agent sucht Kunden im schreibgeschützten Beispiel-CRM, mit seinem Werkzeug und mit curl in der microVM, und stellt fest, dass Schreiben abgelehnt wird.",
+		},
+		HowItWorks: example.Text{
+			"en": "The run is granted one connection, example-crm, with GET only. Inside the microVM the connection is a URL of the broker; the broker adds the CRM's token to every call, so neither the model nor the code ever sees it, and refuses any method the run was not granted. Every call is on the timeline.",
+			"de": "Die Ausführung erhält eine Verbindung, example-crm, nur mit GET. In der microVM ist die Verbindung eine URL des Brokers; der Broker ergänzt bei jedem Aufruf das Token des CRM, sodass weder das Modell noch der Code es je sieht, und lehnt jede nicht gewährte Methode ab. Jeder Aufruf steht im Zeitverlauf.",
+		},
+		Request: json.RawMessage(crmRequest), Run: run, Events: events, Recording: rec,
+	})
+}
+
+const webRequest = `{
+  "prompt": "Fetch http://example.com/ twice: once with your web_fetch tool and once with curl inside the VM. Report the page's title, the HTTP status and size each got, in two Markdown bullet points.",
+  "shell": true,
+  "web": true,
+  "timeout_seconds": 120,
+  "max_cost_micros": 40000
+}`
+
+// examplePage stands in for http://example.com/ while the web example is
+// recorded: the machines it is recorded on have no internet.
+const examplePage = `<!doctype html>
+<html>
+<head>
+    <title>Example Domain</title>
+    <meta charset="utf-8" />
+</head>
+<body>
+<div>
+    <h1>Example Domain</h1>
+    <p>This domain is for use in illustrative examples in documents. You may use this
+    domain in literature without prior coordination or asking for permission.</p>
+</div>
+</body>
+</html>
+`
+
+// The example with web on: recorded in a real microVM behind the real
+// broker, against the fake model provider, with a stand-in for
+// example.com in a network namespace of the test's own.
+func TestWebExample(t *testing.T) {
+	if !*update {
+		checkCommitted(t, "web-fetch", "Web: GET example.com → 200")
+		return
+	}
+	requireVM(t)
+	up := newUpstreamHostOn(t, examplePage, 80)
+	opts := system.Options{
+		BrokerResolver:        testResolver{"example.com": up.addr},
+		UnsafeBrokerTestHooks: &broker.TestHooks{AllowAddress: func(a netip.Addr) bool { return a == up.addr }},
+	}
+	fetch := `curl -sS -m 30 -o page.html -w '%{http_code} %{size_download}\n' http://example.com/ && grep -o '<title>[^<]*</title>' page.html`
+	model := scriptedModel(fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{
+		toolCall("call_1", agent.WebFetchTool, map[string]string{"url": "http://example.com/"}),
+		shellCall("call_2", fetch),
+	}, Usage: fakeprovider.Usage{InputTokens: 1380, OutputTokens: 72}},
+		func(results map[string]string) string {
+			if !strings.Contains(results["call_1"], "status: 200") || !strings.Contains(results["call_2"], "<title>Example Domain</title>") {
+				t.Fatalf("the fetches failed: %q", results)
+			}
+			curl := regexp.MustCompile(`(?m)^200 ([0-9]+)$`).FindStringSubmatch(results["call_2"])
+			if curl == nil {
+				t.Fatalf("curl's status line: %q", results["call_2"])
+			}
+			return fmt.Sprintf("- **web_fetch**: HTTP 200, %d bytes, title \"Example Domain\"\n"+
+				"- **curl in the VM**: HTTP 200, %s bytes, title \"Example Domain\"\n\n"+
+				"Both requests went through the broker, which is the VM's only way out.", len(examplePage), curl[1])
+		}, fakeprovider.Usage{InputTokens: 2050, OutputTokens: 61})
+	run, events, rec := recordThroughAPI(t, webRequest, opts, model)
+	writeExample(t, example.Example{
+		Name: "web-fetch", Order: 3,
+		Title: example.Text{
+			"en": "Let the agent browse, through a broker",
+			"de": "Den Agenten surfen lassen, über einen Broker",
+		},
+		Summary: example.Text{
+			"en": "With web on, the agent fetches a page with its tool and with curl in the microVM; both requests leave only through the broker, which meters them.",
+			"de": "Mit eingeschaltetem Web lädt der Agent eine Seite mit seinem Werkzeug und mit curl in der microVM; beide Anfragen verlassen die Maschine nur über den Broker, der sie misst.",
+		},
+		HowItWorks: example.Text{
+			"en": "Web on gives the VM one way out: the broker, as its HTTP proxy. The broker resolves each name once, refuses private, loopback and metadata addresses, and puts every request on the timeline, where it is charged at the web price. Recorded against a stand-in for example.com, as the machine that recorded it has no internet; a replay fetches the real page.",
+			"de": "Mit Web an hat die VM einen Weg nach draußen: den Broker als HTTP-Proxy. Der Broker löst jeden Namen einmal auf, lehnt private, Loopback- und Metadaten-Adressen ab und trägt jede Anfrage in den Zeitverlauf ein, wo sie zum Web-Preis berechnet wird. Aufgezeichnet gegen einen Ersatz für example.com, da die aufzeichnende Maschine kein Internet hat; eine Wiedergabe lädt die echte Seite.",
+		},
+		Request: json.RawMessage(webRequest), Run: run, Events: events, Recording: rec,
 	})
 }
