@@ -1,6 +1,7 @@
 # Ephemeral's build. The two commands the README promises:
-#   make demo   replays the product page's run: an agent in a real microVM
-#   make test   runs every test, VM and root tests included
+#   make demo   replays the product page's run (an agent in a real microVM),
+#               then serves the web app
+#   make test   runs every test, VM, root and browser tests included
 # Both install what they need (Debian packages, the guest image) first.
 
 GO        ?= go
@@ -10,7 +11,7 @@ export CGO_ENABLED := 0
 
 STATICCHECK_VERSION = v0.8.2
 
-.PHONY: build deps image demo check test bench clean
+.PHONY: build deps image demo serve check test bench clean
 
 build:
 	$(GO) build -trimpath -o bin/ephemeral-init ./guest/cmd/ephemeral-init
@@ -25,9 +26,17 @@ image: deps build
 
 # The product page's run, replayed: the model's turns come from the shipped
 # recording, every command really runs in a fresh microVM, through the runs
-# service and ledger on SQLite. Needs no API key.
+# service and ledger on SQLite. Needs no API key. Then the daemon serves the
+# API and the web app, and prints the URL to open.
 demo: image
 	bin/ephemeral run --replay examples/product-page.json
+	@echo
+	@echo "Next, the web app: watch the run replay, register and run the example yourself."
+	bin/ephemeral serve
+
+# The daemon alone: the API and the web app.
+serve: image
+	bin/ephemeral serve
 
 # Static checks: vet, formatting and staticcheck must report nothing.
 check:

@@ -163,6 +163,12 @@ func (b *tab) shot(name string) {
 	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
 		b.t.Error(err)
 	}
+	// The README shows these two; -update refreshes them.
+	if *update && (name == "example-page" || name == "playground") {
+		if err := os.WriteFile(filepath.Join("..", "docs", name+".png"), png, 0o644); err != nil {
+			b.t.Error(err)
+		}
+	}
 }
 
 // status fetches path from the page, with its cookies, and returns the
@@ -387,7 +393,7 @@ func TestWebAppInABrowser(t *testing.T) {
 			t.Errorf("the public page lacks the run's timeline")
 		}
 		b.shot("published")
-		pages = append(pages, link)
+		b.noHorizontalScroll("published")
 		b.open("/signin")
 		b.fill(`input[name=email]`, "ada@example.org")
 		b.fill(`input[name=password]`, "correct horse battery")
@@ -399,7 +405,7 @@ func TestWebAppInABrowser(t *testing.T) {
 		if s := b.status(link); s != http.StatusNotFound {
 			t.Errorf("public link after unpublishing: %d", s)
 		}
-		pages = append(pages, link) // the not-found page
+		pages = append(pages, link, "/account/password") // the first now the not-found page
 	})
 
 	var key, keyID string

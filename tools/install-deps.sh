@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ephemeral needs on the host: QEMU to boot
-# microVMs, debootstrap/e2fsprogs/dpkg to build the guest image, and the
-# unprivileged system user QEMU drops to once it has opened its devices and
-# files. Idempotent: packages and the user already present are left alone,
+# microVMs, debootstrap/e2fsprogs/dpkg to build the guest image, chromium
+# for the web app's browser tests, and the unprivileged system user QEMU
+# drops to once it has opened its devices and files. Idempotent: packages and the user already present are left alone,
 # but the package lists are always refreshed because the image build
 # downloads the current cloud kernel.
 set -euo pipefail
@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-packages=(qemu-system-x86 debootstrap e2fsprogs dpkg iproute2 ca-certificates)
+packages=(qemu-system-x86 debootstrap e2fsprogs dpkg iproute2 ca-certificates chromium)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
