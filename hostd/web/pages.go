@@ -195,8 +195,10 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 			source = run.Request
 		}
 	}
-	req, _ := parseRequest(source)
-	if source == nil {
+	req, ok := parseRequest(source)
+	if !ok {
+		// Nothing to start from (or nothing left of it: a purged run).
+		source, v.Example, exampleModel = nil, "", ""
 		req = requestView{Shell: true, TimeoutSeconds: 120, MaxCostMicros: 40_000}
 	}
 	switch {

@@ -558,3 +558,29 @@ func TestPlaygroundOffline(t *testing.T) {
 		t.Error("an empty request can run offline")
 	}
 }
+
+func TestChangePasswordSignsOutOtherBrowsers(t *testing.T) {
+	f := newFixture(t, true)
+	here, there := f.browser(), f.browser()
+	here.register("ada@example.org")
+	if p := there.post("/signin", url.Values{"email": {"ada@example.org"}, "password": {"correct horse"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("sign in on the other browser: %d", p.status)
+	}
+	if p := here.post("/account/password", url.Values{"current": {"wrong horse"}, "new": {"battery staple"}}); p.status != http.StatusUnauthorized ||
+		!strings.Contains(p.body, "The current password is wrong.") {
+		t.Fatalf("change with the wrong password: %d", p.status)
+	}
+	p := here.post("/account/password", url.Values{"current": {"correct horse"}, "new": {"battery staple"}})
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/account?done=password" {
+		t.Fatalf("change password: %d %q", p.status, p.header.Get("Location"))
+	}
+	if p := here.get("/account?done=password"); p.status != http.StatusOK || !strings.Contains(p.body, "Password changed.") {
+		t.Errorf("this browser after the change: %d", p.status)
+	}
+	if p := there.get("/account"); p.status != http.StatusSeeOther {
+		t.Errorf("the other browser is still signed in: %d", p.status)
+	}
+	if p := there.post("/signin", url.Values{"email": {"ada@example.org"}, "password": {"battery staple"}}); p.status != http.StatusSeeOther {
+		t.Errorf("sign in with the new password: %d", p.status)
+	}
+}
