@@ -66,6 +66,8 @@ func newTab(t *testing.T, chromium, base string) *tab {
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	tb := &tab{t: t, ctx: ctx, base: base, shots: t.ArtifactDir(), dialogs: &atomic.Int32{}}
+	// The first action starts the browser, which lives as long as the
+	// context it ran with: that is the tab's own, with no deadline.
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
@@ -80,9 +82,7 @@ func newTab(t *testing.T, chromium, base string) *tab {
 		}
 	}()
 	// The count sees a dialog that a page opens.
-	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`setTimeout(() => alert("probe"), 0)`)); err != nil {
-		t.Fatal(err)
-	}
+	tb.do("open a dialog", chromedp.Evaluate[chromedp.Void](`setTimeout(() => alert("probe"), 0)`))
 	for deadline := time.Now().Add(10 * time.Second); tb.dialogs.Load() == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("a dialog opened on purpose was not seen")
@@ -97,31 +97,36 @@ func (b *tab) open(path string) {
 	b.openURL(b.base + path)
 }
 
-func (b *tab) openURL(url string) {
+// actionTimeout bounds one browser action: a query waits for its element
+// until then, so a missing element fails the test instead of hanging it.
+const actionTimeout = time.Minute
+
+// do runs browser actions within actionTimeout.
+func (b *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, chromedp.Navigate(url)); err != nil {
-		b.t.Fatalf("open %s: %v", url, err)
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.shot("failed-" + regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(what), "-"))
+		b.t.Fatalf("%s: %v", what, err)
 	}
 }
 
-func (b *tab) click(css string) {
-	b.t.Helper()
-	if err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(css))); err != nil {
-		b.t.Fatalf("click %s: %v", css, err)
-	}
-}
+func (b *tab) openURL(url string) { b.t.Helper(); b.do("open "+url, chromedp.Navigate(url)) }
+
+func (b *tab) click(css string) { b.t.Helper(); b.do("click "+css, chromedp.Click(chromedp.CSS(css))) }
 
 func (b *tab) fill(css, value string) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, chromedp.SetValue(chromedp.CSS(css), value)); err != nil {
-		b.t.Fatalf("fill %s: %v", css, err)
-	}
+	b.do("fill "+css, chromedp.SetValue(chromedp.CSS(css), value))
 }
 
 // eval runs a JavaScript expression in the page and decodes its value.
 func eval[T any](b *tab, js string) T {
 	b.t.Helper()
-	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 	if err != nil {
 		b.t.Fatalf("evaluate %s: %v", js, err)
 	}
@@ -134,7 +139,9 @@ func (b *tab) waitFor(what, js string, timeout time.Duration) {
 	b.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ok, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool]("!!("+js+")"))
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+js+")"))
+		cancel()
 		if err == nil && ok {
 			return
 		}
@@ -155,7 +162,9 @@ func (b *tab) text(css string) string {
 // output directory (go test -artifacts keeps it).
 func (b *tab) shot(name string) {
 	b.t.Helper()
-	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		b.t.Errorf("screenshot %s: %v", name, err)
 		return
@@ -181,13 +190,9 @@ func (b *tab) status(path string) int {
 // noHorizontalScroll checks the page at a phone's width (375 px).
 func (b *tab) noHorizontalScroll(name string) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile)); err != nil {
-		b.t.Fatal(err)
-	}
-	defer chromedp.Do(b.ctx, chromedp.EmulateViewport(1280, 900))
-	if err := chromedp.Do(b.ctx, chromedp.Evaluate[chromedp.Void](`new Promise(r => requestAnimationFrame(() => r()))`, chromedp.EvalAwaitPromise)); err != nil {
-		b.t.Fatal(err)
-	}
+	b.do("emulate a phone", chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile))
+	defer b.do("emulate a desktop", chromedp.EmulateViewport(1280, 900))
+	b.do("wait for a frame", chromedp.Evaluate[chromedp.Void](`new Promise(r => requestAnimationFrame(() => r()))`, chromedp.EvalAwaitPromise))
 	sizes := eval[[]int](b, `[document.documentElement.scrollWidth, window.innerWidth]`)
 	if sizes[0] > sizes[1] {
 		b.t.Errorf("%s at 375 px: the page is %d px wide, the window %d: it scrolls sideways", name, sizes[0], sizes[1])
