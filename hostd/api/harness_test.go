@@ -55,7 +55,7 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		func() error {
 			return rec.Charge(ledger.Usage{ModelCalls: 3, InputTokens: 4800, OutputTokens: 414, ModelMicros: 330, ShellCommands: 4})
 		},
-		func() error { return rec.SaveRecording(pageRecording(spec)) },
+		func() error { return record(rec, pageRecording(spec)) },
 		func() error { return rec.Charge(ledger.Usage{VMTime: 13_333 * time.Millisecond}) },
 		func() error { return rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, nil) },
 	}
@@ -65,6 +65,14 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		}
 	}
 	return runs.Result{Output: "1. Prime script output: 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47"}, nil
+}
+
+// record records exchanges as a run's model turns.
+func record(rec *runs.Recorder, exchanges []recording.Exchange) error {
+	for _, ex := range exchanges {
+		rec.Recording().Record(ex)
+	}
+	return rec.Recording().Err()
 }
 
 // pageRecording is the first of the page's model turns as the agent
@@ -96,6 +104,8 @@ type harnessConfig struct {
 	maxActivePerOrg int
 	maxConcurrent   int
 	credit          int64
+	// maxRecordingBytes caps each run's recording (0: the default).
+	maxRecordingBytes int64
 }
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
@@ -122,7 +132,8 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
-		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
+		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour,
+		MaxRecordingBytes: cfg.maxRecordingBytes})
 	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)

@@ -8,12 +8,17 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
 // TestHandlersMatchOpenAPIDocument sends requests covering every endpoint
@@ -146,5 +151,54 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
 			t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
 		}
+	}
+}
+
+// A recording cut at its cap is served marked truncated, as the document
+// describes it, and replays up to the cut.
+func TestTruncatedRecordingIsServedMarked(t *testing.T) {
+	h := newHarness(t, harnessConfig{maxRecordingBytes: 2000, executor: scriptedExecutor(
+		func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+			exchanges := pageRecording(spec)
+			for turn := 2; turn <= 4; turn++ {
+				prev := exchanges[len(exchanges)-1]
+				req := prev.Request
+				req.Messages = append(slices.Clip(req.Messages),
+					model.Message{Role: model.RoleAssistant, ToolCalls: prev.Response.ToolCalls},
+					model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: "call_1", Content: strings.Repeat("out ", 200)}}})
+				exchanges = append(exchanges, recording.Exchange{Turn: turn, Request: req, Response: prev.Response, StartedAt: prev.StartedAt})
+			}
+			return runs.Result{Output: "done"}, record(rec, exchanges)
+		})})
+	run := h.waitFinished(h.createRun(productPageRequest).ID)
+	if run.Status != "succeeded" {
+		t.Fatalf("run %s", run.Status)
+	}
+	resp := h.do("GET", "/v1/runs/"+run.ID+"/recording", "")
+	if resp.status != http.StatusOK {
+		t.Fatalf("recording: %d %s", resp.status, resp.body)
+	}
+	served := h.do("GET", "/openapi.json", "")
+	doc, err := openapi3.NewLoader().LoadFromData(served.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body any
+	if err := json.Unmarshal(resp.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["Recording"].Value.VisitJSON(body); err != nil {
+		t.Fatalf("truncated recording does not match the document: %v\n%s", err, resp.body)
+	}
+	rec, err := recording.Decode(bytes.NewReader(resp.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Truncated == nil || rec.Truncated.KeptTurns != len(rec.Exchanges) || rec.Truncated.KeptTurns+rec.Truncated.DroppedTurns != 4 ||
+		rec.Truncated.LimitBytes != 2000 || len(rec.Exchanges) == 0 {
+		t.Fatalf("%d turns, truncation %+v", len(rec.Exchanges), rec.Truncated)
+	}
+	if _, err := recording.NewReplay(rec); err != nil {
+		t.Errorf("the kept turns do not replay: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ func canaryExecutor(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 			model.Message{Role: model.RoleAssistant, ToolCalls: exchanges[0].Response.ToolCalls},
 			model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: "call_1", Content: canary + "\n"}}})},
 		Response: &model.Response{Text: "it printed " + canary, StopReason: model.StopEndTurn}})
-	if err := rec.SaveRecording(exchanges); err != nil {
+	if err := record(rec, exchanges); err != nil {
 		return runs.Result{}, err
 	}
 	if strings.Contains(spec.Prompt, "fail") {
@@ -106,11 +106,12 @@ func TestDeletePurgesTheRecording(t *testing.T) {
 	if resp.status != http.StatusOK || resp.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("recording: %d %s", resp.status, resp.body)
 	}
-	exchanges, err := recording.Decode(bytes.NewReader(resp.body))
+	rec, err := recording.Decode(bytes.NewReader(resp.body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := recording.NewReplay(exchanges); err != nil || len(exchanges) != 2 ||
+	exchanges := rec.Exchanges
+	if _, err := recording.NewReplay(rec); err != nil || len(exchanges) != 2 ||
 		exchanges[0].Request.Messages[0].Text != "echo "+canary+" please" ||
 		exchanges[1].Request.Messages[2].ToolResults[0].Content != canary+"\n" {
 		t.Fatalf("recording does not replay the run's turns (%v): %s", err, resp.body)

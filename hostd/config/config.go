@@ -33,6 +33,10 @@ type Config struct {
 	MaxCostMicros       int64
 	MaxModelTurns       int
 	CommandTimeout      time.Duration
+	// MaxRecordingBytes and MaxTimelineBytes cap what one run stores of
+	// its model turns and of its timeline's content.
+	MaxRecordingBytes int64
+	MaxTimelineBytes  int64
 
 	DefaultModel             string
 	ComputeMicrosPerVMSecond int64
@@ -78,6 +82,8 @@ func Defaults() Config {
 		MaxCostMicros:            100_000_000,
 		MaxModelTurns:            20,
 		CommandTimeout:           60 * time.Second,
+		MaxRecordingBytes:        8 << 20,
+		MaxTimelineBytes:         4 << 20,
 		DefaultModel:             "openai/gpt-6-luna",
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
@@ -152,6 +158,8 @@ var Settings = []Setting{
 	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
 	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
+	{Name: "max-recording-bytes", Usage: "bytes one run's recording of its model turns may store; later turns are not recorded and the recording is marked truncated", field: func(c *Config) any { return &c.MaxRecordingBytes }},
+	{Name: "max-timeline-bytes", Usage: "bytes one run's timeline may store of commands, output and web calls; what passes it is left out, and a last entry says how much", field: func(c *Config) any { return &c.MaxTimelineBytes }},
 	{Name: "default-model", Usage: "model used when a request names none", field: func(c *Config) any { return &c.DefaultModel }},
 	{Name: "compute-micros-per-vm-second", Usage: "compute price in micro-dollars per VM-second", field: func(c *Config) any { return &c.ComputeMicrosPerVMSecond }},
 	{Name: "web-micros-per-request", Usage: "price of one brokered web request in micro-dollars", field: func(c *Config) any { return &c.WebMicrosPerRequest }},
@@ -204,7 +212,8 @@ func (c Config) Validate() error {
 		name string
 		v    int64
 	}{{"max-concurrent-runs", int64(c.MaxConcurrentRuns)}, {"max-active-runs-per-org", int64(c.MaxActiveRunsPerOrg)},
-		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)}} {
+		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)},
+		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes}} {
 		if n.v <= 0 {
 			bad(n.name, "must be positive, got %d", n.v)
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -76,11 +77,24 @@ type Config struct {
 	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
 	MaxActivePerOrg int           // queued+running runs per organisation
 	Retention       time.Duration // how long run content is kept after the run ends
+	// MaxRecordingBytes caps one run's recording of its model turns
+	// (0: DefaultMaxRecordingBytes); the turns after it are not recorded.
+	MaxRecordingBytes int64
+	// MaxTimelineBytes caps what one run's content entries (commands and
+	// their output, web calls) store on its timeline (0:
+	// DefaultMaxTimelineBytes); a last entry says what was left out.
+	MaxTimelineBytes int64
 	// Reconcile is called at every start-up with the ids (maybe none) of runs a dead daemon
 	// left active, after their money is settled, to remove their sandboxes.
 	Reconcile func(ctx context.Context, runIDs []string) error
 	Logger    *slog.Logger
 }
+
+// Defaults of the size caps in Config.
+const (
+	DefaultMaxRecordingBytes = 8 << 20
+	DefaultMaxTimelineBytes  = 4 << 20
+)
 
 // DefaultMaxConcurrent derives the global cap from the machine: one run per
 // CPU, since each microVM needs roughly a core under TCG.
@@ -139,6 +153,12 @@ func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.MaxRecordingBytes <= 0 {
+		cfg.MaxRecordingBytes = DefaultMaxRecordingBytes
+	}
+	if cfg.MaxTimelineBytes <= 0 {
+		cfg.MaxTimelineBytes = DefaultMaxTimelineBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -294,10 +314,7 @@ func (s *Service) sweep(ctx context.Context) {
 }
 
 func (s *Service) execute(ctx context.Context, spec Spec, queuedAt time.Time) {
-	rec := &Recorder{
-		svc: s, runID: spec.RunID, queuedAt: queuedAt, zeroRetention: spec.ZeroDataRetention,
-		meter: ledger.NewMeter(s.cfg.Rates, spec.MaxCostMicros),
-	}
+	rec := newRecorder(s, spec, queuedAt)
 	var res Result
 	var execErr error
 	if err := s.slots.Acquire(ctx, 1); err != nil {
@@ -390,14 +407,16 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 		}
 	}
 	t := now.Sub(rec.queuedAt)
+	// What the timeline cap left out is said last before the outcome.
+	leftOut := rec.timeline.leftOut(t)
 	_, err := s.store.FinishRun(context.WithoutCancel(ctx), spec.RunID, f, func(charged, released int64) []store.Event {
-		return []store.Event{
+		return slices.Concat(leftOut, []store.Event{
 			{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
 				"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
 			{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
 				"charged_micros": charged, "released_micros": released,
 				"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
-		}
+		})
 	})
 	if err != nil {
 		s.log.Error("finish run", "run", spec.RunID, "err", err)

@@ -382,8 +382,10 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 		PurgedContent, runID); err != nil {
 		return fmt.Errorf("store: purge events of %s: %w", runID, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM recordings WHERE run_id = ?`, runID); err != nil {
-		return fmt.Errorf("store: purge recording of %s: %w", runID, err)
+	for _, table := range []string{"recordings", "recording_exchanges", "recording_truncations"} {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id = ?`, runID); err != nil {
+			return fmt.Errorf("store: purge recording of %s: %w", runID, err)
+		}
 	}
 	return nil
 }

@@ -155,11 +155,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			ComputeMicrosPerVMSecond: cfg.ComputeMicrosPerVMSecond,
 			WebMicrosPerRequest:      cfg.WebMicrosPerRequest,
 		},
-		MaxConcurrent:   cfg.MaxConcurrentRuns,
-		MaxActivePerOrg: cfg.MaxActiveRunsPerOrg,
-		Retention:       cfg.Retention,
-		Reconcile:       reconcile,
-		Logger:          s.Log,
+		MaxConcurrent:     cfg.MaxConcurrentRuns,
+		MaxActivePerOrg:   cfg.MaxActiveRunsPerOrg,
+		Retention:         cfg.Retention,
+		MaxRecordingBytes: cfg.MaxRecordingBytes,
+		MaxTimelineBytes:  cfg.MaxTimelineBytes,
+		Reconcile:         reconcile,
+		Logger:            s.Log,
 	})
 	s.API = api.New(s.Store, s.Runs, api.Config{
 		DefaultModel:  cfg.DefaultModel,
