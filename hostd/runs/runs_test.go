@@ -162,18 +162,22 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	serveCtx, stop := context.WithCancel(ctx)
-	stop()
-	svc.Serve(serveCtx, time.Hour) // one sweep, then shutdown waits for the run
+	// Wait for the run to be settled: a shutdown before that would end it
+	// as failed.
 	r, err := st.GetRun(ctx, orgID, run.ID)
+	for err == nil && !r.Status.Terminal() {
+		time.Sleep(5 * time.Millisecond)
+		r, err = st.GetRun(ctx, orgID, run.ID)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Status != store.Succeeded {
 		t.Fatalf("status %s", r.Status)
 	}
-	// The run may have finished after the sweep; sweep again to be sure.
-	svc.sweep(ctx)
+	serveCtx, stop := context.WithCancel(ctx)
+	stop()
+	svc.Serve(serveCtx, time.Hour) // one sweep, then shutdown
 	r, _ = st.GetRun(ctx, orgID, run.ID)
 	if r.PurgedAt == nil || r.Output != nil {
 		t.Fatalf("not purged with a 1 ns retention: %+v", r)
