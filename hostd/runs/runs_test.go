@@ -175,6 +175,10 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 	if r.Status != store.Succeeded {
 		t.Fatalf("status %s", r.Status)
 	}
+	// Retention is kept in milliseconds: let the clock pass the run's.
+	for !time.Now().After(r.RetentionUntil.Add(time.Millisecond)) {
+		time.Sleep(time.Millisecond)
+	}
 	serveCtx, stop := context.WithCancel(ctx)
 	stop()
 	svc.Serve(serveCtx, time.Hour) // one sweep, then shutdown
