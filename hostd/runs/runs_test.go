@@ -179,9 +179,7 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 	for !time.Now().After(r.RetentionUntil.Add(time.Millisecond)) {
 		time.Sleep(time.Millisecond)
 	}
-	serveCtx, stop := context.WithCancel(ctx)
-	stop()
-	svc.Serve(serveCtx, time.Hour) // one sweep, then shutdown
+	svc.sweep(ctx)
 	r, _ = st.GetRun(ctx, orgID, run.ID)
 	if r.PurgedAt == nil || r.Output != nil {
 		t.Fatalf("not purged with a 1 ns retention: %+v", r)
