@@ -72,11 +72,6 @@ func (t FrameType) String() string {
 	return fmt.Sprintf("frame-type-%d", uint8(t))
 }
 
-// isData reports whether frames of type t consume flow-control credit.
-func (t FrameType) isData() bool {
-	return t == FrameStdin || t == FrameStdout || t == FrameStderr
-}
-
 // fixedPayload is the exact payload length of types that carry a fixed-size
 // value, or -1.
 func (t FrameType) fixedPayload() int {
