@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/ephemeralhq/ephemeral/internal/flock"
 )
 
 // Start settles the runs a previous daemon left active (and removes their
@@ -78,16 +78,12 @@ func lockStateDir(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("system: create state dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("system: open lock: %w", err)
+	f, err := flock.TryLock(filepath.Join(dir, "daemon.lock"), flock.Exclusive)
+	if errors.Is(err, flock.ErrHeld) {
+		return nil, fmt.Errorf("system: another daemon is serving %s", dir)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("system: another daemon is serving %s", dir)
-		}
-		return nil, fmt.Errorf("system: lock %s: %w", dir, os.NewSyscallError("flock", err))
+	if err != nil {
+		return nil, fmt.Errorf("system: %w", err)
 	}
 	return func() { f.Close() }, nil
 }

@@ -13,7 +13,6 @@ package system
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -36,6 +35,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 )
 
 // System is the daemon's parts, built from one Config.
@@ -54,7 +54,7 @@ type System struct {
 	Runs      *runs.Service
 	API       *api.Server
 
-	closers []func() error // in the order the parts were built
+	parts cleanup.Stack // the parts' teardowns, in the order they were built
 
 	runsCancel context.CancelFunc
 	runsDone   chan struct{}
@@ -264,21 +264,17 @@ func (s *System) LogModels() {
 }
 
 // onClose registers a part's teardown; Close runs them in reverse.
-func (s *System) onClose(f func() error) { s.closers = append(s.closers, f) }
+func (s *System) onClose(f func() error) { s.parts.AddErr(f) }
 
 // Close stops the runs (each ends as failed, its money settled) and closes
 // every part in the reverse order of building.
 func (s *System) Close() error {
 	s.closeOnce.Do(func() {
-		var errs []error
 		if s.runsCancel != nil {
 			s.runsCancel()
 			<-s.runsDone
 		}
-		for i := len(s.closers) - 1; i >= 0; i-- {
-			errs = append(errs, s.closers[i]())
-		}
-		s.closeErr = errors.Join(errs...)
+		s.closeErr = s.parts.Run()
 	})
 	return s.closeErr
 }
