@@ -70,14 +70,37 @@ func (s *System) Serve(ctx context.Context) error {
 	return result
 }
 
+// privateStateDir creates the state directory, or tightens an existing
+// one, so that only its owner may enter it: it holds the database and the
+// secret key, and the umask or an older install may have left it open to
+// every local user. The guest image below it needs no access for others:
+// QEMU opens the kernel, initrd and root disk while still root, before it
+// switches to the unprivileged VMM user.
+func privateStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("system: create state dir: %w", err)
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("system: state dir: %w", err)
+	}
+	if info.Mode()&os.ModeSticky != 0 {
+		// Tightening /tmp or the like would lock every other user out.
+		return fmt.Errorf("system: state dir %s is a shared directory (sticky bit): give the daemon a directory of its own", dir)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, info.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("system: make state dir %s private: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // lockStateDir makes sure only one daemon serves a state directory: a
 // second one would "recover" the first one's live runs. The kernel drops
 // the lock when the process dies, so a SIGKILLed daemon never blocks its
 // successor.
 func lockStateDir(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("system: create state dir: %w", err)
-	}
 	f, err := os.OpenFile(filepath.Join(dir, "daemon.lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("system: open lock: %w", err)

@@ -104,6 +104,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			s.Close()
 		}
 	}()
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	dbPath := opts.Database
 	if dbPath == "" {
 		dbPath = DatabasePath(cfg.StateDir)
@@ -177,6 +180,9 @@ func OpenStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*Syste
 	s := &System{Config: cfg, Log: log}
 	if s.Log == nil {
 		s.Log = slog.Default()
+	}
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	if err := s.openStore(ctx, DatabasePath(cfg.StateDir)); err != nil {
 		s.Close()
