@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,39 +35,79 @@ func (s *System) Start(ctx context.Context) error {
 	return nil
 }
 
-// Serve serves the API on the configured address until ctx ends, then
-// stops accepting requests, ends live event streams and waits (up to the
+// Serve serves the API on the configured address, and /metrics on the
+// metrics address when one is configured, until ctx ends; then it stops
+// accepting requests, ends live event streams and waits (up to the
 // shutdown timeout) for requests in flight. Start must have been called;
 // Close stops the runs afterwards.
 func (s *System) Serve(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.Config.Listen)
+	apiLn, err := net.Listen("tcp", s.Config.Listen)
 	if err != nil {
 		return fmt.Errorf("system: listen on %s: %w", s.Config.Listen, err)
 	}
-	srv := &http.Server{
+	var metricsLn net.Listener
+	if s.Config.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", s.Config.MetricsListen); err != nil {
+			apiLn.Close()
+			return fmt.Errorf("system: listen for metrics on %s: %w", s.Config.MetricsListen, err)
+		}
+	}
+	return s.serve(ctx, apiLn, metricsLn)
+}
+
+// serve is Serve on listeners already open; metricsLn may be nil.
+func (s *System) serve(ctx context.Context, apiLn, metricsLn net.Listener) error {
+	errorLog := slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)
+	apiSrv := &http.Server{
 		Handler:           s.API.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+		ErrorLog:          errorLog,
 	}
-	srv.RegisterOnShutdown(s.API.CloseStreams)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	s.Log.Info("serving the Ephemeral API", "addr", ln.Addr().String(), "state_dir", s.Config.StateDir)
+	apiSrv.RegisterOnShutdown(s.API.CloseStreams)
+	servers := map[*http.Server]net.Listener{apiSrv: apiLn}
+	s.Log.Info("serving the Ephemeral API", "addr", apiLn.Addr().String(), "state_dir", s.Config.StateDir)
+	if metricsLn != nil {
+		servers[&http.Server{
+			Handler:           s.API.MetricsHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			ErrorLog:          errorLog,
+		}] = metricsLn
+		s.Log.Info("serving metrics", "addr", metricsLn.Addr().String())
+		if tcp, ok := metricsLn.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			s.Log.Warn("metrics are served beyond loopback: they sum up every organisation's runs and money", "addr", tcp.String())
+		}
+	}
 
+	failed := make(chan error, len(servers))
+	var wg sync.WaitGroup
+	for srv, ln := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				failed <- err
+			}
+		}()
+	}
 	var result error
 	select {
 	case <-ctx.Done():
 		s.Log.Info("shutting down")
-	case err := <-serveErr:
+	case err := <-failed:
 		result = fmt.Errorf("system: serve: %w", err)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Config.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		result = errors.Join(result, fmt.Errorf("system: shutdown: %w", err))
+	for srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			result = errors.Join(result, fmt.Errorf("system: shutdown: %w", err))
+		}
 	}
+	wg.Wait()
 	return result
 }
 

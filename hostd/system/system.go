@@ -168,9 +168,23 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		DefaultModel:  cfg.DefaultModel,
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
+		Limits:        apiLimits(cfg),
 		Logger:        s.Log,
 	})
 	return s, nil
+}
+
+// apiLimits are the configured limits, each rate bursting to twice itself.
+func apiLimits(cfg config.Config) api.Limits {
+	rate := func(perSecond int) api.Rate { return api.Rate{PerSecond: float64(perSecond), Burst: 2 * perSecond} }
+	return api.Limits{
+		KeyRunCreations:     rate(cfg.LimitKeyRunCreations),
+		KeyReads:            rate(cfg.LimitKeyReads),
+		KeyStreams:          cfg.LimitKeyStreams,
+		AddressRunCreations: rate(cfg.LimitAddressRunCreations),
+		AddressReads:        rate(cfg.LimitAddressReads),
+		AddressStreams:      cfg.LimitAddressStreams,
+	}
 }
 
 // OpenStore builds only the database and the connection registry, for
