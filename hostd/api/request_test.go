@@ -2,10 +2,12 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"path"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,6 +17,9 @@ import (
 // every limit and re-encode to a canonical request that the same decoder
 // accepts as the same request. The seed corpus is in
 // testdata/fuzz/FuzzRunRequest.
+var runRequestFields = []string{"prompt", "model", "shell", "web", "connections", "files", "timeout_seconds",
+	"max_cost_micros", "zero_data_retention"}
+
 func FuzzRunRequest(f *testing.F) {
 	f.Add(productPageRequest)
 	lim := limits{defaultModel: "m", maxCostMicros: 5_000_000}
@@ -26,6 +31,16 @@ func FuzzRunRequest(f *testing.F) {
 				t.Fatalf("status %d", apiErr.Status)
 			}
 			return
+		}
+		// Every key it took is a field's name exactly, never another
+		// spelling encoding/json would also have matched.
+		var top map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &top) == nil {
+			for key := range top {
+				if !slices.Contains(runRequestFields, key) {
+					t.Fatalf("accepted the key %q", key)
+				}
+			}
 		}
 		c, apiErr := req.validate(lim)
 		if apiErr != nil {

@@ -11,6 +11,7 @@ package strictjson
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MaxDepth bounds the nesting of objects and arrays: the check recurses
@@ -54,14 +56,16 @@ func (e *KeyError) Error() string {
 // Check reports the first key of data that encoding/json would not decode
 // into a value of type t exactly as written, as a *KeyError; a syntax error
 // (as encoding/json reports it, or io.EOF for no value at all);
-// ErrTrailingData; or ErrTooDeep. Values whose type does not fit t are left
-// for encoding/json to reject; objects inside them, and inside maps and
-// interface values, are still checked for repeated keys.
+// ErrTrailingData; or ErrTooDeep. Objects inside maps and interface values
+// are checked for repeated keys too. A value whose type holds no keys
+// (numbers, strings, booleans and lists of them) is skipped whole, and
+// any other value whose shape does not fit its type is left alone: either
+// is encoding/json's to refuse.
 func Check(data []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // numbers are only skipped: never round them
 	c := checker{dec: dec}
-	if err := c.value(t, "", 0); err != nil {
+	if err := c.value(t, 0); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -76,22 +80,65 @@ func Check(data []byte, t reflect.Type) error {
 type checker struct {
 	dec     *json.Decoder
 	started bool
+	// path is where the value being checked is, built into a string only
+	// for an error.
+	path []step
+	// skipped holds values skipped whole; reused to spare allocations.
+	skipped json.RawMessage
 }
 
-// token is the next token; the end of the data inside the document is
-// io.ErrUnexpectedEOF, as encoding/json reports it.
+// step is an object key, or an array index when key is "".
+type step struct {
+	key   string
+	index int
+}
+
+func (c *checker) pathString() string {
+	var b strings.Builder
+	for _, s := range c.path {
+		switch {
+		case s.key == "":
+			b.WriteString("[" + strconv.Itoa(s.index) + "]")
+		case b.Len() > 0:
+			b.WriteString("." + s.key)
+		default:
+			b.WriteString(s.key)
+		}
+	}
+	return b.String()
+}
+
+// eof is what the end of the data means: no document at all before the
+// first token, a cut-off one after it (as encoding/json reports it).
+func (c *checker) eof(err error) error {
+	if err == io.EOF && c.started {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
 func (c *checker) token() (json.Token, error) {
 	tok, err := c.dec.Token()
-	if err == io.EOF && c.started {
-		return nil, io.ErrUnexpectedEOF
+	if err != nil {
+		return nil, c.eof(err)
 	}
 	c.started = true
-	return tok, err
+	return tok, nil
 }
 
 // value checks the next value, which will be decoded into a t (nil: a type
 // that does not constrain keys).
-func (c *checker) value(t reflect.Type, path string, depth int) error {
+func (c *checker) value(t reflect.Type, depth int) error {
+	t = deref(t)
+	if t != nil && keyless(t) {
+		// Whatever is there holds no key to check: a value of another
+		// shape is encoding/json's to refuse. One scan skips it whole.
+		if err := c.dec.Decode(&c.skipped); err != nil {
+			return c.eof(err)
+		}
+		c.started = true
+		return nil
+	}
 	tok, err := c.token()
 	if err != nil {
 		return err
@@ -103,16 +150,17 @@ func (c *checker) value(t reflect.Type, path string, depth int) error {
 	if depth >= MaxDepth {
 		return ErrTooDeep
 	}
-	t = deref(t)
 	if delim == '[' {
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
 		for i := 0; c.dec.More(); i++ {
-			if err := c.value(elem, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
+			c.path = append(c.path, step{index: i})
+			if err := c.value(elem, depth+1); err != nil {
 				return err
 			}
+			c.path = c.path[:len(c.path)-1]
 		}
 		_, err := c.token() // ']'
 		return err
@@ -126,35 +174,64 @@ func (c *checker) value(t reflect.Type, path string, depth int) error {
 	case t.Kind() == reflect.Map:
 		elem = t.Elem()
 	}
-	seen := map[string]bool{}
-	for c.dec.More() {
+	var seen map[string]bool // made for the second key: most objects are small
+	var first string
+	for n := 0; c.dec.More(); n++ {
 		tok, err := c.token()
 		if err != nil {
 			return err
 		}
 		key, _ := tok.(string) // the decoder only returns strings as keys
-		keyPath := key
-		if path != "" {
-			keyPath = path + "." + key
+		c.path = append(c.path, step{key: key})
+		switch {
+		case n == 0:
+			first = key
+		case seen == nil && key == first, seen[key]:
+			return &KeyError{Path: c.pathString(), Duplicate: true}
+		case seen == nil:
+			seen = map[string]bool{first: true}
+			fallthrough
+		default:
+			seen[key] = true
 		}
-		if seen[key] {
-			return &KeyError{Path: keyPath, Duplicate: true}
-		}
-		seen[key] = true
 		next := elem
 		if fields != nil {
 			ft, ok := fields[key]
 			if !ok {
-				return &KeyError{Path: keyPath, Suggest: foldMatch(fields, key)}
+				return &KeyError{Path: c.pathString(), Suggest: foldMatch(fields, key)}
 			}
 			next = ft
 		}
-		if err := c.value(next, keyPath, depth+1); err != nil {
+		if err := c.value(next, depth+1); err != nil {
 			return err
 		}
+		c.path = c.path[:len(c.path)-1]
 	}
 	_, err = c.token() // '}'
 	return err
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// keyless reports whether no JSON value that decodes into a t can hold an
+// object key: a number, string or boolean, or a list of them, decoded by
+// encoding/json itself.
+func keyless(t reflect.Type) bool {
+	if t.Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(jsonUnmarshaler) ||
+		t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return true
+	case reflect.Slice, reflect.Array:
+		return keyless(deref(t.Elem()))
+	}
+	return false
 }
 
 func deref(t reflect.Type) reflect.Type {
@@ -164,10 +241,17 @@ func deref(t reflect.Type) reflect.Type {
 	return t
 }
 
+// fieldCache holds jsonFields' answers by type: a type's fields never
+// change, and a document visits its types many times.
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
 // jsonFields maps the names encoding/json gives a struct's fields to their
 // types. Embedded structs are not flattened: the request types have none,
 // and a key meant for one is reported unknown rather than let through.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
 	fields := map[string]reflect.Type{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -180,6 +264,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		}
 		fields[name] = f.Type
 	}
+	fieldCache.Store(t, fields)
 	return fields
 }
 

@@ -37,6 +37,10 @@ func TestCheck(t *testing.T) {
 		{doc: `null`},
 		{doc: `{"web":"not a bool"}`}, // types are encoding/json's to check
 		{doc: `{"connections":{"name":"a"}}`},
+		// Where the type holds no keys, the value is skipped whole: an
+		// object there is for encoding/json to refuse.
+		{doc: `{"web":{"x":1,"x":2}}`},
+		{doc: `{"connections":[{"methods":[{"x":1,"x":2}]}]}`},
 		{doc: `{"Web":true}`, path: "Web", suggest: "web"},
 		{doc: `{"WEB":true}`, path: "WEB", suggest: "web"},
 		{doc: `{"plain":1}`, path: "plain", suggest: "Plain"},
@@ -49,7 +53,6 @@ func TestCheck(t *testing.T) {
 		{doc: `{"connections":[{"name":"a","token":"x"}]}`, path: "connections[0].token"},
 		{doc: `{"labels":{"a":"1","a":"2"}}`, path: "labels.a", duplicate: true},
 		{doc: `{"extra":[{"k":1,"k":2}]}`, path: "extra[0].k", duplicate: true},
-		{doc: `{"web":{"x":1,"x":2}}`, path: "web.x", duplicate: true},
 		{doc: `[{"a":1},{"a":1,"a":2}]`, path: "[1].a", duplicate: true},
 	} {
 		err := Check([]byte(tt.doc), typ)
