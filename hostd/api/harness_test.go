@@ -90,13 +90,14 @@ func pageRecording(spec runs.Spec) []recording.Exchange {
 }
 
 type harness struct {
-	t      testing.TB
-	url    string
-	dbPath string
-	store  *store.Store
-	svc    *runs.Service
-	orgID  string
-	key    string
+	t          testing.TB
+	url        string
+	metricsURL string
+	dbPath     string
+	store      *store.Store
+	svc        *runs.Service
+	orgID      string
+	key        string
 }
 
 type harnessConfig struct {
@@ -106,6 +107,9 @@ type harnessConfig struct {
 	credit          int64
 	// maxRecordingBytes caps each run's recording (0: the default).
 	maxRecordingBytes int64
+	limits            Limits
+	// credentialRecheck is how often event streams re-check their key.
+	credentialRecheck time.Duration
 }
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
@@ -134,21 +138,24 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
 		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour,
 		MaxRecordingBytes: cfg.maxRecordingBytes})
-	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000})
+	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
+		CredentialRecheck: cfg.credentialRecheck})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)
 	ts.Start()
+	metrics := httptest.NewServer(srv.MetricsHandler())
 	serveCtx, stopServe := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { defer close(served); svc.Serve(serveCtx, time.Hour) }()
 	t.Cleanup(func() {
 		srv.CloseStreams()
 		ts.Close()
+		metrics.Close()
 		stopServe()
 		<-served
 		st.Close()
 	})
-	h := &harness{t: t, url: ts.URL, dbPath: dbPath, store: st, svc: svc}
+	h := &harness{t: t, url: ts.URL, metricsURL: metrics.URL, dbPath: dbPath, store: st, svc: svc}
 	h.orgID, h.key = h.newOrg("acme", cfg.credit)
 	return h
 }
@@ -215,6 +222,21 @@ func (h *harness) do(method, path, body string, headers ...string) response {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// get fetches url without a key.
+func (h *harness) get(url string) response {
+	h.t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		h.t.Fatal(err)
 	}

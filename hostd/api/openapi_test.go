@@ -14,6 +14,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
@@ -34,7 +35,11 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("document invalid: %v", err)
 	}
-	doc.Servers = openapi3.Servers{{URL: h.url}}
+	// A second daemon whose limits are used up by one request each.
+	limited := newHarness(t, harnessConfig{limits: Limits{
+		KeyRunCreations: Rate{PerSecond: 0.001, Burst: 1}, KeyReads: Rate{PerSecond: 0.001, Burst: 1},
+		AddressReads: Rate{PerSecond: 0.001, Burst: 2}}})
+	doc.Servers = openapi3.Servers{{URL: h.url}, {URL: limited.url}}
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -80,16 +85,8 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 
 	run := h.createRun(productPageRequest)
 	h.waitFinished(run.ID)
-	calls := []struct {
-		method, path, body string
-		headers            []string
-		wantStatus         int
-		// Some bad requests are ones the document itself forbids: only
-		// their responses are checked.
-		invalidRequest bool
-	}{
+	calls := []apiCall{
 		{"GET", "/healthz", "", nil, 200, false},
-		{"GET", "/metrics", "", nil, 200, false},
 		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
 		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 200, false},
 		{"POST", "/v1/runs", strings.Replace(productPageRequest, "120", "60", 1), []string{"Idempotency-Key", "k1"}, 422, false},
@@ -114,43 +111,75 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"GET", "/v1/balance", "", nil, 200, false},
 	}
 	for _, c := range calls {
-		req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+h.key)
-		if c.body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(c.headers); i += 2 {
-			req.Header.Set(c.headers[i], c.headers[i+1])
-		}
-		route, params, err := router.FindRoute(req)
-		if err != nil {
-			t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
-		}
-		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
-		reqErr := openapi3filter.ValidateRequest(context.Background(), in)
-		if (reqErr != nil) != c.invalidRequest {
-			t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
-		}
-		req.Body = io.NopCloser(strings.NewReader(c.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.wantStatus {
-			t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
-		}
-		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
-			Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
-			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
-		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
-			t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
-		}
+		checkAgainstDocument(t, router, h, c)
+	}
+	// 429s, for the key's share of run creations and of other requests,
+	// and for the address's share before any key is looked up.
+	for _, c := range []apiCall{
+		{"POST", "/v1/runs", productPageRequest, nil, 201, false},
+		{"POST", "/v1/runs", productPageRequest, nil, 429, false},
+		{"GET", "/v1/balance", "", nil, 200, false},
+		{"GET", "/v1/runs", "", nil, 429, false},
+		{"GET", "/healthz", "", nil, 429, false},
+		{"GET", "/openapi.json", "", nil, 429, false},
+		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 429, false},
+	} {
+		checkAgainstDocument(t, router, limited, c)
+	}
+}
+
+// apiCall is a request to check against the document and its expected
+// status.
+type apiCall struct {
+	method, path, body string
+	headers            []string
+	wantStatus         int
+	// Some bad requests are ones the document itself forbids: only their
+	// responses are checked.
+	invalidRequest bool
+}
+
+// checkAgainstDocument sends c to h's handlers and checks the request and
+// the response against the document router was built from.
+func checkAgainstDocument(t *testing.T, router routers.Router, h *harness, c apiCall) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(c.headers); i += 2 {
+		req.Header.Set(c.headers[i], c.headers[i+1])
+	}
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
+	if (reqErr != nil) != c.invalidRequest {
+		t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
+	}
+	// Validation may have read the body and filled in defaults.
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(c.body)), int64(len(c.body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != c.wantStatus {
+		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
+		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
 	}
 }
 

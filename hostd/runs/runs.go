@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -426,8 +427,10 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 
 // Recover ends the runs a dead daemon left queued or running: each becomes
 // failed with its metered cost charged and the rest of its hold released,
-// then Config.Reconcile removes their sandboxes — and whatever else dead
-// processes left, so it runs even when no run was active.
+// and the entries of commands that were still running are closed as
+// interrupted; then Config.Reconcile removes their sandboxes — and
+// whatever else dead processes left, so it runs even when no run was
+// active.
 func (s *Service) Recover(ctx context.Context) ([]string, error) {
 	left, err := s.store.ActiveRuns(ctx)
 	if err != nil {
@@ -435,12 +438,18 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, r := range left {
+		// The state directory is locked: no other daemon writes this
+		// run's timeline between this read and FinishRun.
+		interrupted, err := s.interruptedEntries(ctx, r.ID)
+		if err != nil {
+			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
+		}
 		now := time.Now()
 		const msg = "the daemon stopped while this run was active (crash or kill); it was ended at restart and its metered cost charged"
 		t := now.Sub(r.CreatedAt)
 		f := store.Finish{Status: store.Failed, ErrorCode: "daemon_restarted", ErrorMessage: msg,
-			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention)}
-		_, err := s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
+			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention), Amend: interrupted}
+		_, err = s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
 			return []store.Event{
 				{T: t, Category: timeline.Failed, Message: msg, Data: mustJSON(map[string]any{"status": store.Failed})},
 				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
@@ -459,4 +468,38 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// interruptedMessage is the error of a command entry closed by recovery.
+const interruptedMessage = "the daemon stopped while this command ran; its result is unknown"
+
+// interruptedEntries finds the run's timeline entries still marked
+// timeline.Running and returns each one's data closed as
+// timeline.Interrupted, the rest of it kept as it was.
+func (s *Service) interruptedEntries(ctx context.Context, runID string) ([]store.Amendment, error) {
+	var out []store.Amendment
+	for after := int64(0); ; {
+		list, err := s.store.Events(ctx, runID, after, followPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range list {
+			var fields map[string]json.RawMessage
+			var state timeline.State
+			if json.Unmarshal(e.Data, &fields) != nil || json.Unmarshal(fields["state"], &state) != nil || state != timeline.Running {
+				continue
+			}
+			fields["state"], _ = json.Marshal(timeline.Interrupted)
+			fields["error"], _ = json.Marshal(interruptedMessage)
+			data, err := json.Marshal(fields)
+			if err != nil {
+				return nil, fmt.Errorf("close entry %d: %w", e.Seq, err)
+			}
+			out = append(out, store.Amendment{Seq: e.Seq, Data: data})
+		}
+		if len(list) < followPage {
+			return out, nil
+		}
+		after = list[len(list)-1].Seq
+	}
 }

@@ -271,11 +271,22 @@ type Finish struct {
 	Cost           ledger.Cost
 	At             time.Time
 	RetentionUntil time.Time
+	// Amend replaces the data of some of the run's timeline entries, in
+	// order and before the final events are appended: how recovery closes
+	// the entries of commands a dead daemon left open.
+	Amend []Amendment
+}
+
+// Amendment is new data for the run's timeline entry Seq.
+type Amendment struct {
+	Seq  int64
+	Data json.RawMessage
 }
 
 // FinishRun ends an active run: it settles the hold (charging f.Cost, capped
-// at the reservation), stores the outcome and appends the events built from
-// the settled amounts, all in one transaction. Finishing a run that already
+// at the reservation), stores the outcome, amends the entries f.Amend names
+// and appends the events built from the settled amounts, all in one
+// transaction. Finishing a run that already
 // ended returns ErrNotFound-wrapped error and changes nothing.
 func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
 	var run Run
@@ -311,6 +322,11 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 			millis(f.RetentionUntil), runID)
 		if err != nil {
 			return fmt.Errorf("store: finish %s: %w", runID, err)
+		}
+		for _, a := range f.Amend {
+			if _, err := amendEvent(ctx, tx, runID, a.Seq, a.Data, false); err != nil {
+				return err
+			}
 		}
 		for _, e := range events(charged, released) {
 			if _, err := appendEvent(ctx, tx, runID, e); err != nil {

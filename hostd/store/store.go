@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -38,6 +39,9 @@ type Store struct {
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: create directory for %s: %w", path, err)
+	}
+	if err := ownerOnly(path); err != nil {
+		return nil, err
 	}
 	pragmas := url.Values{}
 	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)",
@@ -64,6 +68,38 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store: migrate %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// ownerOnly makes the database file, and its write-ahead log and shared
+// memory where they exist, readable and writable by their owner only: they
+// hold every organisation's prompts, outputs and timelines. The file is
+// created here with mode 0600 (whatever the umask: open(2) only removes
+// bits), and SQLite gives the -wal and -shm files it creates the mode of
+// the database file; files an older version left readable by others are
+// tightened.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: check mode of %s: %w", p, err)
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, info.Mode().Perm()&0o700); err != nil {
+				return fmt.Errorf("store: make %s private: %w", p, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Close closes both connection pools.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/internal/flock"
@@ -34,40 +35,106 @@ func (s *System) Start(ctx context.Context) error {
 	return nil
 }
 
-// Serve serves the API on the configured address until ctx ends, then
-// stops accepting requests, ends live event streams and waits (up to the
+// Serve serves the API on the configured address, and /metrics on the
+// metrics address when one is configured, until ctx ends; then it stops
+// accepting requests, ends live event streams and waits (up to the
 // shutdown timeout) for requests in flight. Start must have been called;
 // Close stops the runs afterwards.
 func (s *System) Serve(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.Config.Listen)
+	apiLn, err := net.Listen("tcp", s.Config.Listen)
 	if err != nil {
 		return fmt.Errorf("system: listen on %s: %w", s.Config.Listen, err)
 	}
-	srv := &http.Server{
+	var metricsLn net.Listener
+	if s.Config.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", s.Config.MetricsListen); err != nil {
+			apiLn.Close()
+			return fmt.Errorf("system: listen for metrics on %s: %w", s.Config.MetricsListen, err)
+		}
+	}
+	return s.serve(ctx, apiLn, metricsLn)
+}
+
+// serve is Serve on listeners already open; metricsLn may be nil.
+func (s *System) serve(ctx context.Context, apiLn, metricsLn net.Listener) error {
+	errorLog := slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)
+	apiSrv := &http.Server{
 		Handler:           s.API.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+		ErrorLog:          errorLog,
 	}
-	srv.RegisterOnShutdown(s.API.CloseStreams)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	s.Log.Info("serving the Ephemeral API", "addr", ln.Addr().String(), "state_dir", s.Config.StateDir)
+	apiSrv.RegisterOnShutdown(s.API.CloseStreams)
+	servers := map[*http.Server]net.Listener{apiSrv: apiLn}
+	s.Log.Info("serving the Ephemeral API", "addr", apiLn.Addr().String(), "state_dir", s.Config.StateDir)
+	if metricsLn != nil {
+		servers[&http.Server{
+			Handler:           s.API.MetricsHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			ErrorLog:          errorLog,
+		}] = metricsLn
+		s.Log.Info("serving metrics", "addr", metricsLn.Addr().String())
+		if tcp, ok := metricsLn.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			s.Log.Warn("metrics are served beyond loopback: they sum up every organisation's runs and money", "addr", tcp.String())
+		}
+	}
 
+	failed := make(chan error, len(servers))
+	var wg sync.WaitGroup
+	for srv, ln := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				failed <- err
+			}
+		}()
+	}
 	var result error
 	select {
 	case <-ctx.Done():
 		s.Log.Info("shutting down")
-	case err := <-serveErr:
+	case err := <-failed:
 		result = fmt.Errorf("system: serve: %w", err)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Config.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		result = errors.Join(result, fmt.Errorf("system: shutdown: %w", err))
+	for srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			result = errors.Join(result, fmt.Errorf("system: shutdown: %w", err))
+		}
 	}
+	wg.Wait()
 	return result
+}
+
+// privateStateDir creates the state directory, or tightens an existing
+// one, so that only its owner may enter it: it holds the database and the
+// secret key, and the umask or an older install may have left it open to
+// every local user. The guest image below it needs no access for others:
+// QEMU opens the kernel, initrd and root disk while still root, before it
+// switches to the unprivileged VMM user.
+func privateStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("system: create state dir: %w", err)
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("system: state dir: %w", err)
+	}
+	if info.Mode()&os.ModeSticky != 0 {
+		// Tightening /tmp or the like would lock every other user out.
+		return fmt.Errorf("system: state dir %s is a shared directory (sticky bit): give the daemon a directory of its own", dir)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, info.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("system: make state dir %s private: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // lockStateDir makes sure only one daemon serves a state directory: a
@@ -75,9 +142,6 @@ func (s *System) Serve(ctx context.Context) error {
 // the lock when the process dies, so a SIGKILLed daemon never blocks its
 // successor.
 func lockStateDir(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("system: create state dir: %w", err)
-	}
 	f, err := flock.TryLock(filepath.Join(dir, "daemon.lock"), flock.Exclusive)
 	if errors.Is(err, flock.ErrHeld) {
 		return nil, fmt.Errorf("system: another daemon is serving %s", dir)

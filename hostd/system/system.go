@@ -104,6 +104,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			s.Close()
 		}
 	}()
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	dbPath := opts.Database
 	if dbPath == "" {
 		dbPath = DatabasePath(cfg.StateDir)
@@ -167,9 +170,23 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		DefaultModel:  cfg.DefaultModel,
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
+		Limits:        apiLimits(cfg),
 		Logger:        s.Log,
 	})
 	return s, nil
+}
+
+// apiLimits are the configured limits, each rate bursting to twice itself.
+func apiLimits(cfg config.Config) api.Limits {
+	rate := func(perSecond int) api.Rate { return api.Rate{PerSecond: float64(perSecond), Burst: 2 * perSecond} }
+	return api.Limits{
+		KeyRunCreations:     rate(cfg.LimitKeyRunCreations),
+		KeyReads:            rate(cfg.LimitKeyReads),
+		KeyStreams:          cfg.LimitKeyStreams,
+		AddressRunCreations: rate(cfg.LimitAddressRunCreations),
+		AddressReads:        rate(cfg.LimitAddressReads),
+		AddressStreams:      cfg.LimitAddressStreams,
+	}
 }
 
 // OpenStore builds only the database and the connection registry, for
@@ -179,6 +196,9 @@ func OpenStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*Syste
 	s := &System{Config: cfg, Log: log}
 	if s.Log == nil {
 		s.Log = slog.Default()
+	}
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	if err := s.openStore(ctx, DatabasePath(cfg.StateDir)); err != nil {
 		s.Close()

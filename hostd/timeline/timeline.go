@@ -47,6 +47,9 @@ type State string
 const (
 	Running State = "running"
 	Done    State = "done"
+	// Interrupted closes the entry of a command whose daemon died while it
+	// ran: its result is unknown.
+	Interrupted State = "interrupted"
 )
 
 // Reserved is the first entry of every run: "Budget $0.04 reserved".
