@@ -173,7 +173,9 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 		t.Fatalf("status %s", r.Status)
 	}
 	// The run may have finished after the sweep; sweep again to be sure.
-	svc.sweep(ctx)
+	if _, err := svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r, _ = st.GetRun(ctx, orgID, run.ID)
 	if r.PurgedAt == nil || r.Output != nil {
 		t.Fatalf("not purged with a 1 ns retention: %+v", r)
