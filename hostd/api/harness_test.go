@@ -110,6 +110,7 @@ type harnessConfig struct {
 	limits            Limits
 	// credentialRecheck is how often event streams re-check their key.
 	credentialRecheck time.Duration
+	retention         time.Duration // how long run content is kept; 0: 30 days
 }
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
@@ -128,6 +129,9 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if cfg.credit == 0 {
 		cfg.credit = 10_000_000
 	}
+	if cfg.retention == 0 {
+		cfg.retention = 30 * 24 * time.Hour
+	}
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "ephemeral.db")
 	st, err := store.Open(ctx, dbPath)
@@ -136,7 +140,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
-		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour,
+		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: cfg.retention,
 		MaxRecordingBytes: cfg.maxRecordingBytes})
 	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
 		CredentialRecheck: cfg.credentialRecheck})

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
@@ -134,4 +135,47 @@ func TestDeletePurgesTheRecording(t *testing.T) {
 	if dbFilesContain(t, h.dbPath, canary) {
 		t.Fatalf("canary %q still in the database files after the purge", canary)
 	}
+}
+
+// The retention janitor leaves nothing of an expired run's content in the
+// database files, with no checkpoint but its own, and gives the space back.
+func TestJanitorLeavesNoExpiredContentOnDisk(t *testing.T) {
+	h := newHarness(t, harnessConfig{executor: scriptedExecutor(canaryExecutor), retention: time.Nanosecond})
+	const canary = "CANARY-janitor-0be7c1"
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, h.waitFinished(h.createRun(fmt.Sprintf(`{"prompt":"echo %s please %d","shell":true,"max_cost_micros":1000}`, canary, i)).ID).ID)
+	}
+	if !dbFilesContain(t, h.dbPath, canary) {
+		t.Fatal("runs' content not found before the sweep: the canary search is broken")
+	}
+	if err := h.store.Checkpoint(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := fileSize(t, h.dbPath)
+
+	if _, err := h.svc.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if resp := h.do("GET", "/v1/runs/"+id+"/recording", ""); resp.status != http.StatusNotFound {
+			t.Fatalf("recording after the sweep: %d %s", resp.status, resp.body)
+		}
+	}
+	if dbFilesContain(t, h.dbPath, canary) {
+		t.Fatalf("canary %q still in the database files after the sweep", canary)
+	}
+	if after := fileSize(t, h.dbPath); after >= before {
+		t.Fatalf("the database file did not shrink: %d bytes before the sweep, %d after", before, after)
+	}
+}
+
+// fileSize is the size of the database file.
+func fileSize(t *testing.T, dbPath string) int64 {
+	t.Helper()
+	fi, err := os.Stat(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -88,7 +88,9 @@ func TestRecorderStoresTheRecordingWithTheRun(t *testing.T) {
 		t.Fatalf("zero-retention run's recording: %v", err)
 	}
 
-	svc.sweep(ctx) // retention of 1 ns: both runs have expired
+	if _, err := svc.Sweep(ctx); err != nil { // retention of 1 ns: both runs have expired
+		t.Fatal(err)
+	}
 	if _, err := svc.Recording(ctx, orgID, kept.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("recording after the janitor's sweep: %v", err)
 	}

@@ -274,7 +274,9 @@ func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
 	tick := time.NewTicker(janitorEvery)
 	defer tick.Stop()
 	for {
-		s.sweep(ctx)
+		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("retention janitor", "err", err)
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -292,19 +294,14 @@ func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
 // idempotencyWindow is how long an Idempotency-Key is remembered.
 const idempotencyWindow = 24 * time.Hour
 
-func (s *Service) sweep(ctx context.Context) {
+// Sweep is one round of the retention janitor, which Serve runs every
+// janitor interval: it purges the content of runs whose retention ended
+// and gives the space back, forgets old idempotency keys and drops expired
+// zero-retention outputs from memory. It returns how many runs it purged.
+// The store does the work in short transactions, paced, so requests keep
+// being served meanwhile.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
 	now := time.Now()
-	n, err := s.store.PurgeExpired(ctx, now, idempotencyWindow)
-	if err != nil {
-		s.log.Error("retention janitor", "err", err)
-		return
-	}
-	if n > 0 {
-		if err := s.store.Checkpoint(ctx); err != nil {
-			s.log.Error("retention janitor", "err", err)
-		}
-		s.log.Info("retention janitor purged runs", "count", n)
-	}
 	s.mu.Lock()
 	for id, v := range s.volatile {
 		if now.After(v.expires) {
@@ -312,6 +309,22 @@ func (s *Service) sweep(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	n, err := s.store.PurgeExpired(ctx, now, idempotencyWindow)
+	if err != nil {
+		return n, fmt.Errorf("runs: purge expired runs: %w", err)
+	}
+	reclaimed, err := s.store.ReclaimSpace(ctx)
+	if err != nil {
+		return n, fmt.Errorf("runs: reclaim space: %w", err)
+	}
+	if n > 0 || reclaimed > 0 {
+		// Old WAL frames still hold the purged content until a checkpoint.
+		if err := s.store.Checkpoint(ctx); err != nil {
+			return n, fmt.Errorf("runs: %w", err)
+		}
+		s.log.Info("retention janitor purged runs", "count", n, "pages_reclaimed", reclaimed)
+	}
+	return n, nil
 }
 
 func (s *Service) execute(ctx context.Context, spec Spec, queuedAt time.Time) {

@@ -311,7 +311,9 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 	for !time.Now().After(r.RetentionUntil.Add(time.Millisecond)) {
 		time.Sleep(time.Millisecond)
 	}
-	svc.sweep(ctx)
+	if _, err := svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r, _ = st.GetRun(ctx, orgID, run.ID)
 	if r.PurgedAt == nil || r.Output != nil {
 		t.Fatalf("not purged with a 1 ns retention: %+v", r)
