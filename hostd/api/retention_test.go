@@ -144,7 +144,9 @@ func TestJanitorLeavesNoExpiredContentOnDisk(t *testing.T) {
 	const canary = "CANARY-janitor-0be7c1"
 	var ids []string
 	for i := range 3 {
-		ids = append(ids, h.waitFinished(h.createRun(fmt.Sprintf(`{"prompt":"echo %s please %d","shell":true,"max_cost_micros":1000}`, canary, i)).ID).ID)
+		// Prompts of some size, so their purge frees whole pages.
+		ids = append(ids, h.waitFinished(h.createRun(fmt.Sprintf(`{"prompt":"echo %s please %d %s","shell":true,"max_cost_micros":1000}`,
+			canary, i, strings.Repeat("padding ", 2000))).ID).ID)
 	}
 	if !dbFilesContain(t, h.dbPath, canary) {
 		t.Fatal("runs' content not found before the sweep: the canary search is broken")

@@ -224,6 +224,10 @@ func startBenchDaemon(ctx context.Context, parent string, n int, log io.Writer) 
 	// The default model must be usable for runs to be accepted; the
 	// executor never calls it.
 	cfg.OpenAIBaseURL = "http://127.0.0.1:9/v1"
+	// The bench is one client sending as fast as it can: the API's abuse
+	// limits would answer it 429.
+	cfg.LimitKeyRunCreations, cfg.LimitKeyReads, cfg.LimitKeyStreams = 1_000_000, 1_000_000, 1_000_000
+	cfg.LimitAddressRunCreations, cfg.LimitAddressReads, cfg.LimitAddressStreams = 1_000_000, 1_000_000, 1_000_000
 
 	began := time.Now()
 	history, err := storebench.Populate(ctx, d.dbPath, storebench.History{Runs: n, Expired: n / 10, EventsPerRun: 12,
@@ -247,7 +251,12 @@ func startBenchDaemon(ctx context.Context, parent string, n int, log io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	d.srv = &http.Server{Handler: d.sys.API.Handler()}
+	// /metrics is served on its own listener in the daemon; one listener
+	// serving both does here.
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.sys.API.MetricsHandler())
+	mux.Handle("/", d.sys.API.Handler())
+	d.srv = &http.Server{Handler: mux}
 	d.served = make(chan error, 1)
 	go func() { d.served <- d.srv.Serve(ln) }()
 	d.client = &benchClient{base: "http://" + ln.Addr().String(), key: history.APIKey}
