@@ -474,4 +474,25 @@ func TestWebFetchThroughTheBroker(t *testing.T) {
 	if _, charges := log.snapshot(); charges != 1 {
 		t.Errorf("refused requests were charged: %d charges", charges)
 	}
+
+	// Requests that are no proxy requests: origin-form, and a head that
+	// net/http rejects before the broker's handler. Both are on the
+	// timeline.
+	before, _ := log.snapshot()
+	if code := curlStatus(t, sb, `--noproxy '*' "$HTTP_PROXY/"`); code != "400" {
+		t.Errorf("origin-form request to the broker: %s, want 400", code)
+	}
+	r = run(t, sb, `python3 -c "import os, socket, urllib.parse
+p = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])
+s = socket.create_connection((p.hostname, p.port))
+s.sendall(b'POST http://upstream.test:8080/ HTTP/1.1\r\nHost: upstream.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab')
+print(s.recv(64).split(b'\r\n')[0].decode())"`)
+	if r.stdout != "HTTP/1.1 400 Bad Request\n" {
+		t.Errorf("doubled Content-Length: %q %q", r.stdout, r.stderr)
+	}
+	events, _ = log.snapshot()
+	if got := events[len(before):]; len(got) != 2 || got[0].Status != 400 || !strings.Contains(got[0].Refused, "absolute form") ||
+		got[1].Message() != "POST → 400 refused: malformed request: Bad Request" {
+		t.Errorf("events of the malformed requests: %+v", got)
+	}
 }

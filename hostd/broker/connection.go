@@ -116,11 +116,8 @@ func (s *Session) connectionRequest(ctx context.Context, name, method, rawPath, 
 func (s *Session) proxyConnection(w http.ResponseWriter, r *http.Request, start time.Time) {
 	ctx, cancel := s.requestContext(r.Context())
 	defer cancel()
-	name, rest := splitConnectionPath(requestPath(r.URL))
-	ev := Event{Start: start, Connection: name, Method: r.Method, Path: rest}
-	if ev.Path == "" {
-		ev.Path = "/"
-	}
+	ev := requestEvent(r, start)
+	_, rest := splitConnectionPath(requestPath(r.URL))
 	body, err := readCapped(r.Body, s.b.limits.MaxRequestBytes)
 	if errors.Is(err, errRequestTooLarge) {
 		s.relay(w, nil, refuse(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", s.b.limits.MaxRequestBytes), &ev)
@@ -130,7 +127,7 @@ func (s *Session) proxyConnection(w http.ResponseWriter, r *http.Request, start 
 		s.relay(w, nil, refuse(http.StatusBadRequest, "read request body: %v", err), &ev)
 		return
 	}
-	resp, ref := s.connectionRequest(ctx, name, r.Method, rest, r.URL.RawQuery, r.Header, body, &ev)
+	resp, ref := s.connectionRequest(ctx, ev.Connection, r.Method, rest, r.URL.RawQuery, r.Header, body, &ev)
 	s.relay(w, resp, ref, &ev)
 }
 
