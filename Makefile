@@ -11,7 +11,7 @@ export CGO_ENABLED := 0
 
 STATICCHECK_VERSION = v0.8.2
 
-.PHONY: build deps image demo serve check test bench clean
+.PHONY: build deps image demo serve check test fuzz bench clean
 
 build:
 	$(GO) build -trimpath -o bin/ephemeral-init ./guest/cmd/ephemeral-init
@@ -49,6 +49,19 @@ check:
 # here everything they need has just been installed and built.
 test: check image
 	EPHEMERAL_REQUIRE_VM=1 $(GO) test -count=1 -timeout 40m ./...
+
+# Every fuzz target in the repository (each `func Fuzz...` in a _test.go
+# file), one after another for FUZZTIME each: go test -fuzz takes one
+# target of one package at a time. Seeds in testdata/fuzz run first.
+FUZZTIME ?= 20s
+
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' .); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "fuzz: $$target in $$(dirname $$file) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$(dirname $$file); \
+		done; \
+	done
 
 bench: image
 	bin/ephemeral bench boot -n 10

@@ -49,8 +49,9 @@ type ruleSpec struct {
 	exprs   []expr.Any
 }
 
-func (r ruleSpec) category() category {
-	c, _, _ := strings.Cut(r.comment, ":")
+// categoryOf is the category a rule's comment starts with.
+func categoryOf(comment string) category {
+	c, _, _ := strings.Cut(comment, ":")
 	return category(c)
 }
 
@@ -353,7 +354,7 @@ func sumCounters(installed []installedRule) (Counters, error) {
 			continue
 		}
 		var dst *Counter
-		switch cat, _, _ := strings.Cut(r.comment, ":"); category(cat) {
+		switch categoryOf(r.comment) {
 		case categoryIPv6:
 			dst = &c.IPv6
 		case categoryDNS:

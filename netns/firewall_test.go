@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/google/nftables/binaryutil"
@@ -203,7 +202,7 @@ func TestRulesDecidePackets(t *testing.T) {
 			if got.kind != tt.want {
 				t.Fatalf("verdict %v by %q, want %v", got.kind, got.comment, tt.want)
 			}
-			if cat, _, _ := strings.Cut(got.comment, ":"); category(cat) != tt.category {
+			if categoryOf(got.comment) != tt.category {
 				t.Errorf("decided by %q, want a %s rule", got.comment, tt.category)
 			}
 			if tt.want == drop && !got.counted {
@@ -233,7 +232,7 @@ func TestRulesShape(t *testing.T) {
 						last = r
 					}
 				}
-				if last.category() != categoryOther {
+				if categoryOf(last.comment) != categoryOther {
 					t.Errorf("chain %s ends with %q, want the counted catch-all", c.name, last.comment)
 				}
 			}

@@ -16,24 +16,7 @@ const (
 	runDir = "/run/netns"
 	// namePrefix marks the namespaces this package owns.
 	namePrefix = "eph-"
-	// maxIDLen keeps namespace names short enough to read in listings.
-	maxIDLen = 48
 )
-
-// ValidateID reports whether id can name a sandbox network: 1 to 48 ASCII
-// letters, digits, '_' or '-'.
-func ValidateID(id string) error {
-	if id == "" || len(id) > maxIDLen {
-		return fmt.Errorf("netns: sandbox id %q: length must be 1..%d", id, maxIDLen)
-	}
-	for _, r := range id {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-'
-		if !ok {
-			return fmt.Errorf("netns: sandbox id %q: character %q not allowed", id, r)
-		}
-	}
-	return nil
-}
 
 var runDirOnce struct {
 	sync.Mutex

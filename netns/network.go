@@ -30,6 +30,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -115,16 +117,18 @@ type Network struct {
 	tap       *os.File
 	nft       *nftables.Conn
 	listeners []net.Listener
-	teardown  undoStack
+	// teardown undoes Create, newest step first.
+	teardown cleanup.Stack
 }
 
-// Create makes the namespace eph-<id> with loopback up, IPv6 disabled, the
-// tap device carrying the gateway address, and the firewall for cfg. On
-// failure nothing of it remains. It fails if the namespace already exists:
-// run Reconcile first after a crash.
+// Create makes the namespace eph-<id> for the sandbox id (see package
+// sandboxid) with loopback up, IPv6 disabled, the tap device carrying the
+// gateway address, and the firewall for cfg. On failure nothing of it
+// remains. It fails if the namespace already exists: run Reconcile first
+// after a crash.
 func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) {
-	if err := ValidateID(id); err != nil {
-		return nil, err
+	if err := sandboxid.Validate(id); err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -133,10 +137,10 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 		return nil, fmt.Errorf("netns: create %s: %w", id, err)
 	}
 	n := &Network{id: id, path: filepath.Join(runDir, namePrefix+id), mac: guestMAC(id)}
-	var undo undoStack
+	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, undo.run())
+			err = errors.Join(err, undo.Run())
 		}
 	}()
 
@@ -144,7 +148,7 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func() error { return unlockOwner(owner) })
+	undo.AddErr(func() error { return unlockOwner(owner) })
 
 	if err := prepareRunDir(); err != nil {
 		return nil, err
@@ -152,13 +156,13 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 	if err := createNamed(n.path); err != nil {
 		return nil, err
 	}
-	undo.push(func() error { return removeNamed(n.path) })
+	undo.AddErr(func() error { return removeNamed(n.path) })
 
 	n.ns, err = os.Open(n.path)
 	if err != nil {
 		return nil, fmt.Errorf("netns: open %s: %w", n.path, err)
 	}
-	undo.push(n.ns.Close)
+	undo.AddErr(n.ns.Close)
 
 	// IPv6 goes off before the tap exists, so the tap never gets a
 	// link-local address; the firewall drops IPv6 as well.
@@ -173,13 +177,13 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("netns: create %s: %w", id, err)
 	}
-	undo.push(n.tap.Close)
+	undo.AddErr(n.tap.Close)
 
 	n.nft, err = nftables.New(nftables.WithNetNSFd(int(n.ns.Fd())), nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("netns: nftables conn in %s: %w", n.path, err)
 	}
-	undo.push(n.nft.CloseLasting)
+	undo.AddErr(n.nft.CloseLasting)
 	// Rules go in before any interface comes up.
 	if err := n.Set(cfg); err != nil {
 		return nil, err
@@ -194,7 +198,7 @@ func Create(ctx context.Context, id string, cfg Config) (_ *Network, err error) 
 		return nil, fmt.Errorf("netns: create %s: %w", id, err)
 	}
 
-	n.teardown, undo = undo, nil
+	n.teardown = undo.Release()
 	return n, nil
 }
 
@@ -312,7 +316,7 @@ func (n *Network) Close() error {
 		}
 	}
 	n.listeners = nil
-	errs = append(errs, n.teardown.run())
+	errs = append(errs, n.teardown.Run())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("netns: close %s: %w", n.id, err)
 	}
@@ -325,19 +329,4 @@ func guestMAC(id string) net.HardwareAddr {
 	mac := net.HardwareAddr(sum[:6])
 	mac[0] = mac[0]&^0x01 | 0x02 // clear multicast, set locally administered
 	return mac
-}
-
-// undoStack collects the reverse steps of a multi-step setup.
-type undoStack []func() error
-
-func (u *undoStack) push(f func() error) { *u = append(*u, f) }
-
-// run undoes every step, newest first, and empties the stack.
-func (u *undoStack) run() error {
-	var errs []error
-	for i := len(*u) - 1; i >= 0; i-- {
-		errs = append(errs, (*u)[i]())
-	}
-	*u = nil
-	return errors.Join(errs...)
 }

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/ephemeralhq/ephemeral/internal/flock"
 )
 
 // ownerDir holds a lock file per namespace, flocked by the process whose
@@ -14,18 +15,16 @@ import (
 // from a live one without knowing who created it.
 const ownerDir = "/run/ephemeral/netns"
 
-// lockOwner takes the ownership lock of id; closing the file releases it.
+// lockOwner takes the ownership lock of id without waiting: while another
+// Network holds it, the error wraps flock.ErrHeld. Closing the file
+// releases the lock.
 func lockOwner(id string) (*os.File, error) {
 	if err := os.MkdirAll(ownerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("netns: owner lock dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(ownerDir, id+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	f, err := flock.TryLock(filepath.Join(ownerDir, id+".lock"), flock.Exclusive)
 	if err != nil {
-		return nil, fmt.Errorf("netns: owner lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("netns: owner lock %s: %w", id, os.NewSyscallError("flock", err))
+		return nil, fmt.Errorf("netns: owner of %s: %w", id, err)
 	}
 	return f, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 )
 
 // TestQEMUAcceptsTap checks that QEMU takes Tap() as a virtio-net backend.
@@ -18,7 +20,7 @@ func TestQEMUAcceptsTap(t *testing.T) {
 	requireRoot(t)
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("needs qemu-system-x86_64: apt-get install qemu-system-x86")
+		testenv.Skip(t, "needs qemu-system-x86_64: apt-get install qemu-system-x86")
 	}
 	n := createNetwork(t, Config{Mode: Sealed})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -7,18 +7,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/ephemeralhq/ephemeral/internal/flock"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 )
 
 // Reconcile removes the namespace of every sandbox whose owner process is
 // gone (see ownerDir) and that live does not report as running, and
-// returns their ids. It is meant for daemon start-up, after
-// leftover VMM processes are killed: a namespace goes away once its bind
-// mount is removed and no process holds its tap. Tap and table live inside
-// the namespace and go with it. Entries in /run/netns that do not carry
-// our prefix and a valid id are never touched. Calling it again removes
-// nothing. It must not run concurrently with Create for an id that live
-// reports as dead.
+// returns their ids. It is meant for daemon start-up, after leftover VMM
+// processes are killed: a namespace goes away once its bind mount is
+// removed and no process holds its tap. Tap and table live inside the
+// namespace and go with it. Entries in /run/netns that are not our prefix
+// followed by a sandbox id (package sandboxid) are never touched. Calling
+// it again removes nothing. It must not run concurrently with Create for an
+// id that live reports as dead.
 func Reconcile(ctx context.Context, live func(id string) bool) ([]string, error) {
 	entries, err := os.ReadDir(runDir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -31,7 +33,7 @@ func Reconcile(ctx context.Context, live func(id string) bool) ([]string, error)
 	var errs []error
 	for _, e := range entries {
 		id, ok := strings.CutPrefix(e.Name(), namePrefix)
-		if !ok || ValidateID(id) != nil || live(id) {
+		if !ok || sandboxid.Validate(id) != nil || live(id) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -39,7 +41,7 @@ func Reconcile(ctx context.Context, live func(id string) bool) ([]string, error)
 			break
 		}
 		owner, err := lockOwner(id)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, flock.ErrHeld) {
 			continue // a live process owns it
 		}
 		if err != nil {

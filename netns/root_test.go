@@ -3,9 +3,7 @@ package netns
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +23,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 )
 
 // The root tests build real namespaces. They target only addresses inside
@@ -37,27 +38,15 @@ const dropWait = 400 * time.Millisecond
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN for namespaces, tap and nftables): run `sudo go test ./netns`")
-	}
+	testenv.RequireRoot(t)
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("needs /dev/net/tun: load the tun module (`modprobe tun`)")
+		testenv.Skip(t, "needs /dev/net/tun: load the tun module (`modprobe tun`)")
 	}
-}
-
-// testID returns a fresh sandbox id that cannot collide with real sandboxes
-// or with other test runs.
-func testID(t testing.TB) string {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return "test-" + hex.EncodeToString(b)
 }
 
 func createNetwork(t testing.TB, cfg Config) *Network {
 	t.Helper()
-	n, err := Create(context.Background(), testID(t), cfg)
+	n, err := Create(context.Background(), sandboxid.New(), cfg)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -280,7 +269,7 @@ func counters(t *testing.T, n *Network) Counters {
 func TestCreateClose(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
-	id := testID(t)
+	id := sandboxid.New()
 	n, err := Create(ctx, id, Config{Mode: Sealed})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
@@ -364,7 +353,7 @@ func TestCreateConcurrently(t *testing.T) {
 	var g errgroup.Group
 	for i := range nets {
 		g.Go(func() (err error) {
-			nets[i], err = Create(context.Background(), testID(t), Config{Mode: Broker, BrokerPort: 3128})
+			nets[i], err = Create(context.Background(), sandboxid.New(), Config{Mode: Broker, BrokerPort: 3128})
 			return err
 		})
 	}
@@ -584,7 +573,7 @@ func TestBrokerReachesOnlyTheBroker(t *testing.T) {
 func TestReconcileRemovesCrashedSandboxes(t *testing.T) {
 	requireRoot(t)
 	survivor := createNetwork(t, Config{Mode: Sealed})
-	crashed := testID(t)
+	crashed := sandboxid.New()
 	crashDaemon(t, crashed)
 	if _, err := os.Stat(runDir + "/" + namePrefix + crashed); err != nil {
 		t.Fatalf("crashed daemon left no namespace to reconcile: %v", err)
@@ -682,7 +671,7 @@ func BenchmarkCreate(b *testing.B) {
 	var creates, closes []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		n, err := Create(ctx, testID(b), Config{Mode: Broker, BrokerPort: 3128})
+		n, err := Create(ctx, sandboxid.New(), Config{Mode: Broker, BrokerPort: 3128})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -267,13 +267,18 @@ func TestConnectionSecretNeverEntersTheGuest(t *testing.T) {
 	}
 
 	// Not granted: POST (the organisation allows it, the run did not ask),
-	// and paths that climb out of the base URL.
+	// and paths that climb out of the base URL (403) or that some server
+	// could read as climbing out (400).
 	if code := curlStatus(t, sb, `-X POST -d '{}' "$EPHEMERAL_CONNECTIONS_URL/crm/v1/customers"`); code != "403" {
 		t.Errorf("POST: %s, want 403", code)
 	}
-	for _, path := range []string{"/crm/../admin", "/crm/%2e%2e/admin", "/crm/v1%2f..%2f..%2fadmin"} {
-		if code := curlStatus(t, sb, `--path-as-is "$EPHEMERAL_CONNECTIONS_URL`+path+`"`); code != "403" {
-			t.Errorf("%s: %s, want 403", path, code)
+	for path, want := range map[string]string{
+		"/crm/../admin": "403", "/crm/%2e%2e/admin": "403",
+		"/crm/v1/customers/..;/x": "400", "/crm/..%3b/admin": "400", "/crm/%C0%AE%C0%AE/admin": "400",
+		"/crm/%EF%BC%8E%EF%BC%8E/admin": "400", "/crm/.../admin": "400", "/crm/v1%2f..%2f..%2fadmin": "400",
+	} {
+		if code := curlStatus(t, sb, `--path-as-is "$EPHEMERAL_CONNECTIONS_URL`+path+`"`); code != want {
+			t.Errorf("%s: %s, want %s", path, code, want)
 		}
 	}
 	if code := curlStatus(t, sb, `"$EPHEMERAL_CONNECTIONS_URL/billing/x"`); code != "403" {
@@ -474,5 +479,26 @@ func TestWebFetchThroughTheBroker(t *testing.T) {
 	}
 	if _, charges := log.snapshot(); charges != 1 {
 		t.Errorf("refused requests were charged: %d charges", charges)
+	}
+
+	// Requests that are no proxy requests: origin-form, and a head that
+	// net/http rejects before the broker's handler. Both are on the
+	// timeline.
+	before, _ := log.snapshot()
+	if code := curlStatus(t, sb, `--noproxy '*' "$HTTP_PROXY/"`); code != "400" {
+		t.Errorf("origin-form request to the broker: %s, want 400", code)
+	}
+	r = run(t, sb, `python3 -c "import os, socket, urllib.parse
+p = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])
+s = socket.create_connection((p.hostname, p.port))
+s.sendall(b'POST http://upstream.test:8080/ HTTP/1.1\r\nHost: upstream.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab')
+print(s.recv(64).split(b'\r\n')[0].decode())"`)
+	if r.stdout != "HTTP/1.1 400 Bad Request\n" {
+		t.Errorf("doubled Content-Length: %q %q", r.stdout, r.stderr)
+	}
+	events, _ = log.snapshot()
+	if got := events[len(before):]; len(got) != 2 || got[0].Status != 400 || !strings.Contains(got[0].Refused, "absolute form") ||
+		got[1].Message() != "POST → 400 refused: malformed request: Bad Request" {
+		t.Errorf("events of the malformed requests: %+v", got)
 	}
 }

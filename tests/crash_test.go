@@ -15,8 +15,9 @@ import (
 // The daemon is killed with SIGKILL while a run's command is executing in
 // its microVM. After a restart the run has ended as failed with a clear
 // error, its hold is settled (metered cost charged, the rest released, the
-// balance whole again) and nothing of its sandbox remains: no directory,
-// VMM process or network namespace.
+// balance whole again), the model turn it made is in its recording, and
+// nothing of its sandbox remains: no directory, VMM process or network
+// namespace.
 func TestDaemonKilledMidRun(t *testing.T) {
 	state := cliState(t)
 	fake := fakeprovider.New(fakeprovider.Turn{
@@ -92,6 +93,14 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	}
 	if len(events) == 0 || !strings.HasPrefix(events[len(events)-1].Message, "$") {
 		t.Errorf("timeline does not end with the settlement: %+v", events)
+	}
+	// The model turn made before the kill was recorded as it happened.
+	var rec struct {
+		Version   int   `json:"version"`
+		Exchanges []any `json:"exchanges"`
+	}
+	if status := second.call(t, "GET", "/v1/runs/"+created.ID+"/recording", nil, nil, &rec); status != 200 || rec.Version != 2 || len(rec.Exchanges) != 1 {
+		t.Errorf("recording after the crash: %d, version %d, %d exchanges", status, rec.Version, len(rec.Exchanges))
 	}
 
 	if _, err := os.Stat(filepath.Join(sandboxes, id)); !os.IsNotExist(err) {

@@ -11,38 +11,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ephemeralhq/ephemeral/guest/image"
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
 // stateDir is where `make image` put the guest image.
-func stateDir() string {
-	if d := os.Getenv("EPHEMERAL_STATE_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/ephemeral"
-}
+var stateDir = testenv.StateDir
 
 // requireVM skips (or, under EPHEMERAL_REQUIRE_VM=1, fails) a test that
 // cannot boot VMs here, saying what to do about it.
 func requireVM(t testing.TB) {
 	t.Helper()
-	var why string
-	if os.Geteuid() != 0 {
-		why = "VM tests run as root (sudo make test)"
-	} else if _, err := image.Load(stateDir()); err != nil {
-		why = err.Error() + " (or: make image)"
-	} else if _, err := sandbox.Detect("auto"); err != nil {
-		why = err.Error()
+	testenv.RequireVM(t)
+	if _, err := sandbox.Detect("auto"); err != nil {
+		testenv.Skip(t, "%v", err)
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
-		t.Fatalf("EPHEMERAL_REQUIRE_VM=1 but: %s", why)
-	}
-	t.Skip(why)
 }
 
 // newManager returns a manager whose sandboxes live in a directory of the

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/ephemeralhq/ephemeral/hostd/example"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
 )
 
@@ -30,11 +31,7 @@ func requireBrowser(t *testing.T) string {
 	if err == nil {
 		return path
 	}
-	why := "the browser tests need Debian's chromium (make deps, or apt-get install chromium)"
-	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
-		t.Fatalf("EPHEMERAL_REQUIRE_VM=1 but %s", why)
-	}
-	t.Skip(why)
+	testenv.Skip(t, "the browser tests need Debian's chromium (make deps, or apt-get install chromium)")
 	return ""
 }
 

@@ -5,14 +5,22 @@ package vmm
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 )
 
-// Config describes one microVM. Paths are absolute.
+// Config describes one microVM. Validate states its rules; every driver
+// enforces them, and callers may check a Config before they build the
+// resources it names.
 type Config struct {
-	// ID names the VM in process listings and leftover reconciliation.
+	// ID is the sandbox's id (package sandboxid); it names the VM in
+	// process listings and leftover reconciliation.
 	ID string
 	// Kernel is a bzImage, Initrd the initramfs holding the guest init.
 	Kernel string
@@ -21,18 +29,73 @@ type Config struct {
 	RootDisk string
 	// Cmdline is appended to the driver's own kernel command line.
 	Cmdline string
-	VCPUs   int
-	// MemoryMiB is the guest RAM.
+	// VCPUs is MinVCPUs..MaxVCPUs.
+	VCPUs int
+	// MemoryMiB is the guest RAM, MinMemoryMiB..MaxMemoryMiB.
 	MemoryMiB int
-	// Dir is a private directory for the VM's sockets and logs. The driver
-	// creates what it needs in it; the caller removes it after Close.
+	// Dir is a private directory for the VM's sockets and logs, at most
+	// MaxDirLen bytes long. The driver creates what it needs in it; the
+	// caller removes it after Close.
 	Dir string
 	// Tap, when set, is an open tap device attached as the guest's only
 	// network interface (virtio-net). The driver dups it into the VMM; the
 	// caller keeps ownership of this *os.File.
 	Tap *os.File
-	// MAC is the guest interface's address when Tap is set.
+	// MAC is the guest interface's address, required with Tap and
+	// meaningless without.
 	MAC net.HardwareAddr
+}
+
+// Bounds of a Config, the same for every driver.
+const (
+	MinVCPUs = 1
+	// MaxVCPUs bounds what one sandbox may take of a host.
+	MaxVCPUs = 16
+	// MinMemoryMiB is what the guest kernel and init need to come up
+	// with room left for the user's commands.
+	MinMemoryMiB = 128
+	MaxMemoryMiB = 16 << 10
+	// MaxSocketNameLen bounds the names of the Unix sockets drivers create
+	// in Config.Dir.
+	MaxSocketNameLen = 10
+	// MaxDirLen keeps the paths of those sockets within a Unix socket
+	// address (sun_path holds 107 bytes and a NUL).
+	MaxDirLen = 107 - len("/") - MaxSocketNameLen
+)
+
+// Validate reports every way c breaks the rules above, so that a driver
+// fails before it starts anything, with a clearer message than the VMM's.
+func (c Config) Validate() error {
+	var errs []error
+	if err := sandboxid.Validate(c.ID); err != nil {
+		errs = append(errs, fmt.Errorf("id: %w", err))
+	}
+	for _, p := range []struct{ name, path string }{
+		{"kernel", c.Kernel}, {"initrd", c.Initrd}, {"root disk", c.RootDisk}, {"dir", c.Dir},
+	} {
+		if !filepath.IsAbs(p.path) {
+			errs = append(errs, fmt.Errorf("%s path %q: want an absolute path", p.name, p.path))
+		}
+	}
+	if len(c.Dir) > MaxDirLen {
+		errs = append(errs, fmt.Errorf("dir %q: longer than %d bytes, its sockets' paths would not fit a Unix socket address", c.Dir, MaxDirLen))
+	}
+	if c.VCPUs < MinVCPUs || c.VCPUs > MaxVCPUs {
+		errs = append(errs, fmt.Errorf("vcpus %d out of range %d..%d", c.VCPUs, MinVCPUs, MaxVCPUs))
+	}
+	if c.MemoryMiB < MinMemoryMiB || c.MemoryMiB > MaxMemoryMiB {
+		errs = append(errs, fmt.Errorf("memory %d MiB out of range %d..%d", c.MemoryMiB, MinMemoryMiB, MaxMemoryMiB))
+	}
+	switch {
+	case c.Tap != nil && len(c.MAC) != 6:
+		errs = append(errs, fmt.Errorf("mac %q: want a 6-byte Ethernet address with a tap", c.MAC))
+	case c.Tap == nil && c.MAC != nil:
+		errs = append(errs, errors.New("mac set without a tap"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("vmm: config: %w", err)
+	}
+	return nil
 }
 
 // Driver boots machines with one hypervisor.

@@ -121,7 +121,11 @@ func TestFloodThroughSlowConsumerStaysWithinWindow(t *testing.T) {
 	if err != nil || status.Code != 0 {
 		t.Fatalf("Wait = %+v, %v", status, err)
 	}
-	if got := p.st.out.maxBuffered(); got > InitialWindow || got == 0 {
+	recv := p.st.out
+	recv.mu.Lock()
+	got := recv.highWater
+	recv.mu.Unlock()
+	if got > InitialWindow || got == 0 {
 		t.Errorf("host buffered up to %d bytes, want 1..%d", got, InitialWindow)
 	}
 	if out.Total() != size || !out.Truncated() {

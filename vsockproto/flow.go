@@ -122,12 +122,6 @@ func (b *recvBuffer) release(n int) uint32 {
 	return uint32(grant)
 }
 
-func (b *recvBuffer) maxBuffered() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.highWater
-}
-
 // sendWindow is the credit this side holds for sending data on one stream.
 type sendWindow struct {
 	mu     sync.Mutex

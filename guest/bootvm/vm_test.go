@@ -3,18 +3,17 @@ package bootvm
 import (
 	"bytes"
 	"context"
-	"errors"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
+	"github.com/ephemeralhq/ephemeral/netns"
+	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/qemu"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -22,178 +21,76 @@ import (
 // slow, so it is generous (it bounds a hang, it does not measure speed).
 const bootTimeout = 90 * time.Second
 
+// guestCmdline is what the sandbox manager adds to the driver's kernel
+// command line: the kernel's crypto self-tests cost a fifth of a boot under
+// TCG and guard nothing the host relies on.
+const guestCmdline = "cryptomgr.notests"
+
 // vm is one booted guest.
 type vm struct {
+	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
-	console *syncBuffer
-	sock    string
-	// exited is closed when QEMU has exited.
-	exited <-chan struct{}
-	// stop kills QEMU and waits for it; it is idempotent.
+	// stop kills QEMU, waits for it and removes its network; it is
+	// idempotent.
 	stop func()
 }
 
-// syncBuffer collects QEMU's serial console while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func stateDir() string {
-	if d := os.Getenv("EPHEMERAL_STATE_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/ephemeral"
-}
-
-// qemuArgs is the machine every guest test boots: the QEMU flags the
-// product uses under TCG (microvm, qemu64, a fixed TSC rate).
-func qemuArgs(img *image.Image, sock string) []string {
-	return []string{
-		"-M", "microvm", "-accel", "tcg", "-cpu", "qemu64", "-m", "512", "-smp", "1",
-		"-nodefaults", "-no-user-config", "-no-reboot", "-nographic", "-serial", "stdio",
-		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", kernelCmdline(),
-		"-drive", "id=root,file=" + img.RootDisk + ",format=raw,if=none,readonly=on",
-		"-device", "virtio-blk-device,drive=root",
-		"-device", "virtio-rng-device",
-		// A NIC for ConfigureNetwork; restrict=on keeps the guest from
-		// reaching anything through it.
-		"-netdev", "user,id=net0,restrict=on",
-		"-device", "virtio-net-device,netdev=net0",
-		"-device", "virtio-serial-device",
-		"-chardev", "socket,id=guest,path=" + sock + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=guest,name=" + vsockproto.SerialPortName,
-	}
-}
-
-// kernelCmdline tells the kernel the TSC rate instead of letting it
-// calibrate (which can hang on microvm), and trusts the TSC: under TCG
-// the guest TSC is the host's, and the clocksource watchdog would otherwise
-// compare it against jiffies that a loaded host delays, and fall back to a
-// 4 ms clock. cryptomgr.notests skips the boot-time self-tests of the
-// kernel's crypto algorithms, about a fifth of the boot under TCG.
-func kernelCmdline() string {
-	cmdline := "console=ttyS0 tsc=reliable panic=-1 quiet cryptomgr.notests"
-	if khz := hostTSCkHz(); khz > 0 {
-		cmdline += " tsc_early_khz=" + strconv.Itoa(khz)
-	}
-	return cmdline
-}
-
-// hostTSCkHz reads the host CPU's clock rate from /proc/cpuinfo, or 0.
-func hostTSCkHz() int {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && strings.TrimSpace(k) == "cpu MHz" {
-			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0
-			}
-			return int(mhz * 1000)
-		}
-	}
-	return 0
-}
-
-// boot starts a VM for the test and stops it at cleanup.
+// boot starts a VM for the test the way a sandbox does, and stops it at
+// cleanup.
 func boot(t testing.TB) *vm {
 	t.Helper()
-	img, err := image.Load(stateDir())
-	if errors.Is(err, image.ErrNoImage) {
-		skip(t, "no guest image in %s: build it with `make build && sudo bin/ephemeral image build` (or set EPHEMERAL_STATE_DIR)", stateDir())
-	}
+	img := testenv.RequireVM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	id := sandboxid.New()
+	// A NIC for ConfigureNetwork, behind the product's firewall: sealed,
+	// so the guest reaches nothing through it.
+	network, err := netns.Create(ctx, id, netns.Config{Mode: netns.Sealed})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("create the sandbox network: %v", err)
 	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
+	t.Cleanup(func() { network.Close() })
+	m, err := qemu.New("").Start(ctx, vmm.Config{
+		ID:        id,
+		Kernel:    img.Kernel,
+		Initrd:    img.Initrd,
+		RootDisk:  img.RootDisk,
+		Cmdline:   guestCmdline,
+		VCPUs:     1,
+		MemoryMiB: 512,
+		Dir:       t.TempDir(),
+		Tap:       network.Tap(),
+		MAC:       network.MAC(),
+	})
 	if err != nil {
-		skip(t, "qemu-system-x86_64 not found: install it with `apt-get install qemu-system-x86`")
+		t.Fatalf("start the VM: %v", err)
 	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "guest.sock")
-	console := &syncBuffer{}
-	cmd := exec.Command(qemu, qemuArgs(img, sock)...)
-	cmd.Stdout = console
-	cmd.Stderr = console
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	var client *vsockproto.Client
 	stop := sync.OnceFunc(func() {
 		if client != nil {
 			client.Close()
 		}
-		cmd.Process.Kill()
-		<-exited
+		m.Close()
+		network.Close()
 	})
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("guest console:\n%s", console.String())
+			t.Logf("guest console:\n%s", m.Console())
 		}
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	conn, err := dialRetry(ctx, sock, exited)
+	conn, err := m.DialGuest(ctx)
 	if err != nil {
-		t.Fatalf("connect to guest: %v\nconsole:\n%s", err, console.String())
+		t.Fatalf("connect to guest: %v\nconsole:\n%s", err, m.Console())
 	}
 	client = vsockproto.NewClient(conn)
 	hello, err := client.Hello(ctx)
 	if err != nil {
-		t.Fatalf("hello: %v\nconsole:\n%s", err, console.String())
+		t.Fatalf("hello: %v\nconsole:\n%s", err, m.Console())
 	}
-	return &vm{client: client, hello: hello, console: console, sock: sock, exited: exited, stop: stop}
-}
-
-// skip skips a test whose prerequisite is missing, unless the environment
-// promises everything is installed (EPHEMERAL_REQUIRE_VM=1, as `make test`
-// sets): then a missing prerequisite is a failure.
-func skip(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-// dialRetry connects to QEMU's chardev socket once QEMU has created it.
-func dialRetry(ctx context.Context, sock string, exited <-chan struct{}) (net.Conn, error) {
-	for {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", sock)
-		if err == nil {
-			return conn, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-exited:
-			return nil, errors.New("qemu exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return &vm{machine: m, client: client, hello: hello, stop: stop}
 }
 
 // result is a finished command as the test sees it.
@@ -240,8 +137,14 @@ func TestGuest(t *testing.T) {
 	t.Logf("hello: %+v", v.hello)
 
 	t.Run("hello", func(t *testing.T) {
-		if v.hello.Transport != "serial" {
-			t.Errorf("transport = %q, want serial (no vsock device attached)", v.hello.Transport)
+		// The driver attaches vhost-vsock where the host has it, and a
+		// virtio-serial port otherwise.
+		want := "serial"
+		if _, err := os.Stat("/dev/vhost-vsock"); err == nil {
+			want = "vsock"
+		}
+		if v.hello.Transport != want {
+			t.Errorf("transport = %q, want %s", v.hello.Transport, want)
 		}
 		if !strings.HasPrefix(v.hello.ScratchDir, "/tmp/ephemeral-run-") || !strings.HasSuffix(v.hello.ScratchDir, "/scratch") {
 			t.Errorf("scratch dir = %q", v.hello.ScratchDir)
@@ -369,7 +272,7 @@ func TestGuest(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-v.exited:
+		case <-v.machine.Done():
 		case <-ctx.Done():
 			t.Fatal("QEMU still runs after the guest acknowledged shutdown")
 		}
@@ -390,11 +293,11 @@ func TestHostHangUpPowersOff(t *testing.T) {
 	v := boot(t)
 	v.client.Close()
 	select {
-	case <-v.exited:
+	case <-v.machine.Done():
 	case <-time.After(bootTimeout):
-		t.Fatalf("QEMU still runs %v after the host hung up; console:\n%s", bootTimeout, v.console.String())
+		t.Fatalf("QEMU still runs %v after the host hung up; console:\n%s", bootTimeout, v.machine.Console())
 	}
-	if !strings.Contains(v.console.String(), "host connection ended") {
-		t.Errorf("the guest did not say why it powered off; console:\n%s", v.console.String())
+	if !strings.Contains(v.machine.Console(), "host connection ended") {
+		t.Errorf("the guest did not say why it powered off; console:\n%s", v.machine.Console())
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -105,18 +106,15 @@ type process struct {
 
 func (r *Runner) start(path string, argv, env []string, dir string, acct Account) (*process, error) {
 	// undo closes everything opened so far unless start succeeds.
-	var undo []io.Closer
-	defer func() {
-		for _, c := range undo {
-			c.Close()
-		}
-	}()
+	var undo cleanup.Stack
+	defer undo.Run()
 	pipe := func() (*os.File, *os.File, error) {
 		rd, wr, err := os.Pipe()
 		if err != nil {
 			return nil, nil, fmt.Errorf("worker: pipe: %w", err)
 		}
-		undo = append(undo, rd, wr)
+		undo.AddErr(rd.Close)
+		undo.AddErr(wr.Close)
 		return rd, wr, nil
 	}
 	inR, inW, err := pipe()
@@ -151,7 +149,7 @@ func (r *Runner) start(path string, argv, env []string, dir string, acct Account
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	undo = nil
+	undo.Release()
 	return &process{pid: pid, exited: exited, started: started, stdin: inW, stdout: outR, stderr: errR}, nil
 }
 

@@ -133,11 +133,10 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 		return runs.Result{}, fmt.Errorf("agent: %w", err)
 	}
 	provider := m.Provider
-	// Under zero data retention the exchanges are not even collected.
+	// Under zero data retention the exchanges are not even encoded.
 	if !spec.ZeroDataRetention {
-		log := &recording.Log{}
-		provider = recording.Wrap(provider, log)
-		defer func() { err = errors.Join(err, rec.SaveRecording(log.Exchanges())) }()
+		provider = recording.Wrap(provider, rec.Recording())
+		defer func() { err = errors.Join(err, rec.Recording().Err()) }()
 	}
 
 	bootStart := time.Now()

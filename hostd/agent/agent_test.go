@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -112,13 +113,79 @@ func TestProductPageRun(t *testing.T) {
 		t.Errorf("VM destroyed %d times", e.vm.destroyed)
 	}
 
-	doc, err := e.store.Recording(context.Background(), e.orgID, r.ID)
+	doc, err := e.svc.Recording(context.Background(), e.orgID, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exchanges, err := recording.Decode(bytes.NewReader(doc))
-	if err != nil || len(exchanges) != 3 || exchanges[2].Response.Text != pageScript()[2].Text {
-		t.Errorf("recording: %d exchanges, %v", len(exchanges), err)
+	rec, err := recording.Decode(bytes.NewReader(doc))
+	if err != nil || len(rec.Exchanges) != 3 || rec.Exchanges[2].Response.Text != pageScript()[2].Text || rec.Truncated != nil {
+		t.Errorf("recording: %d exchanges, %v", len(rec.Exchanges), err)
+	}
+}
+
+// A long run with large outputs fills its recording and timeline caps:
+// it still succeeds, the model still sees every output, it costs what the
+// same run without caps costs, and what was left out is said.
+func TestSizeCapsNeitherFailTheRunNorChangeItsCost(t *testing.T) {
+	const turns, output = 8, 8 << 10
+	vm := func() *fakeVM {
+		return &fakeVM{answer: func(_ context.Context, command string) (string, string, int, error) {
+			return command + ":" + strings.Repeat("x", output) + "\n", "", 0, nil
+		}}
+	}
+	var script []fakeprovider.Turn
+	for i := range turns {
+		script = append(script, fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{shellCall(fmt.Sprint("c", i), fmt.Sprint("step-", i))},
+			Usage: fakeprovider.Usage{InputTokens: 1000, OutputTokens: 50}})
+	}
+	script = append(script, fakeprovider.Turn{Text: "all steps ran", Usage: fakeprovider.Usage{InputTokens: 2000, OutputTokens: 20}})
+
+	uncapped := newEnv(t, vm(), script...)
+	want, _ := uncapped.run(pageSpec("run the steps"))
+	capped := newEnvRuns(t, Config{}, runs.Config{MaxRecordingBytes: 4 * output, MaxTimelineBytes: 3 * output}, vm(), script...)
+	r, events := capped.run(pageSpec("run the steps"))
+	if r.Status != store.Succeeded || want.Status != store.Succeeded {
+		t.Fatalf("status %s (%s), uncapped %s", r.Status, r.ErrorMessage, want.Status)
+	}
+	if r.Cost.Model != want.Cost.Model || r.Usage.ModelCalls != turns+1 || r.Usage.ShellCommands != turns || r.Usage.Tokens() != want.Usage.Tokens() {
+		t.Errorf("capped run used %+v costing %+v, uncapped %+v costing %+v", r.Usage, r.Cost, want.Usage, want.Cost)
+	}
+	checkMoney(t, r)
+	reqs := capped.provider.Requests()
+	if last := reqs[len(reqs)-1].ToolResults; len(last) != 1 || !strings.Contains(last[0].Content, "step-7:"+strings.Repeat("x", 100)) {
+		t.Errorf("the model did not get the last output: %.200v", last)
+	}
+
+	doc, err := capped.svc.Recording(context.Background(), capped.orgID, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := recording.Decode(bytes.NewReader(doc))
+	if err != nil || rec.Truncated == nil || len(rec.Exchanges) == 0 || len(rec.Exchanges) >= turns ||
+		rec.Truncated.KeptTurns+rec.Truncated.DroppedTurns != turns+1 || int64(len(doc)) > 5*output {
+		t.Fatalf("recording of %d bytes, %d turns, truncated %+v: %v", len(doc), len(rec.Exchanges), rec.Truncated, err)
+	}
+	if _, err := recording.NewReplay(rec); err != nil {
+		t.Errorf("the kept turns do not replay: %v", err)
+	}
+
+	got := messages(events)
+	recordingCut := fmt.Sprintf("Model: recording cap of 32 KiB reached: turn %d and later turns are not recorded", rec.Truncated.KeptTurns+1)
+	if !slices.Contains(got, recordingCut) {
+		t.Errorf("timeline lacks %q:\n%s", recordingCut, strings.Join(got, "\n"))
+	}
+	tail := got[len(got)-3:]
+	if !strings.HasPrefix(tail[0], "Timeline: timeline cap of 24 KiB reached: ") || !strings.HasPrefix(tail[1], "Successful: ") || !strings.HasPrefix(tail[2], "Worker destroyed: ") {
+		t.Errorf("timeline ends %q", tail)
+	}
+	var stored int
+	for _, ev := range events {
+		if ev.Category == timeline.Shell {
+			stored += len(ev.Message) + len(ev.Data)
+		}
+	}
+	if stored > 3*output {
+		t.Errorf("shell entries store %d bytes, over the cap of %d", stored, 3*output)
 	}
 }
 

@@ -178,6 +178,8 @@ func TestConnectionRequestTool(t *testing.T) {
 		fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{
 			connectionCall("list", "GET", "/customers?country=DE"),
 			connectionCall("post", "POST", "/customers"),
+			connectionCall("escape", "GET", "/customers/..;/admin"),
+			connectionCall("folded", "GET", "/customers//./1"),
 			{ID: "other", Name: ConnectionTool, Arguments: `{"connection":"billing","path":"/invoices"}`},
 			webCall("web", "http://example.com/"),
 		}},
@@ -213,6 +215,13 @@ func TestConnectionRequestTool(t *testing.T) {
 	if !strings.Contains(got["web"], "not granted web access") {
 		t.Errorf("web call on a connections-only run: %q", got["web"])
 	}
+	// The tool shares the broker's path canonicaliser with the guest.
+	if !strings.Contains(got["escape"], `broker refused (400 Bad Request): path segment "..;"`) {
+		t.Errorf("..; through the tool answered %q", got["escape"])
+	}
+	if !strings.Contains(got["folded"], "status: 200") || !strings.Contains(got["folded"], "Ada Analytics GmbH") {
+		t.Errorf("folded path answered %q", got["folded"])
+	}
 	for id, content := range got {
 		if strings.Contains(content, examplecrm.DemoToken) {
 			t.Errorf("result %s carries the connection's credential", id)
@@ -220,8 +229,12 @@ func TestConnectionRequestTool(t *testing.T) {
 	}
 
 	conn := eventsIn(events, "Connection")
-	if len(conn) != 3 || !slices.Contains(conn, "GET example-crm /customers → 200") ||
-		!slices.ContainsFunc(conn, func(m string) bool { return strings.HasPrefix(m, "POST example-crm /customers → 403 refused") }) {
+	refused := func(prefix string) bool {
+		return slices.ContainsFunc(conn, func(m string) bool { return strings.HasPrefix(m, prefix+" refused") })
+	}
+	if len(conn) != 5 || !slices.Contains(conn, "GET example-crm /customers → 200") ||
+		!slices.Contains(conn, "GET example-crm /customers/1 → 200") ||
+		!refused("GET example-crm /customers/..;/admin → 400") || !refused("POST example-crm /customers → 403") {
 		t.Errorf("connection events %q", conn)
 	}
 	if !slices.Contains(messages(events), "MicroVM: worker started · shell on · web off · connections example-crm") {

@@ -129,6 +129,12 @@ func newEnv(t testing.TB, vm *fakeVM, script ...fakeprovider.Turn) *env {
 // newEnvConfig is newEnv with the agent's limits from cfg.
 func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.Turn) *env {
 	t.Helper()
+	return newEnvRuns(t, cfg, runs.Config{}, vm, script...)
+}
+
+// newEnvRuns is newEnvConfig with the runs service's size caps from rc.
+func newEnvRuns(t testing.TB, cfg Config, rc runs.Config, vm *fakeVM, script ...fakeprovider.Turn) *env {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "ephemeral.db"))
@@ -166,7 +172,8 @@ func newEnvConfig(t testing.TB, cfg Config, vm *fakeVM, script ...fakeprovider.T
 		t.Fatal(err)
 	}
 	e.hub = timeline.NewHub()
-	e.svc = runs.New(st, e.hub, runs.Config{Executor: exec, Rates: ledger.DefaultRates})
+	e.svc = runs.New(st, e.hub, runs.Config{Executor: exec, Rates: ledger.DefaultRates,
+		MaxRecordingBytes: rc.MaxRecordingBytes, MaxTimelineBytes: rc.MaxTimelineBytes})
 	srvCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); e.svc.Serve(srvCtx, time.Hour) }()

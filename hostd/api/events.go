@@ -3,12 +3,16 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/accounts"
+	"github.com/ephemeralhq/ephemeral/hostd/auth"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
@@ -40,6 +44,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, orgID string) {
 		return
 	}
 	if wantsSSE(r.Header.Get("Accept")) {
+		p, _ := r.Context().Value(principalKey{}).(auth.Principal)
+		releaseKey, ok := acquire(w, s.limiter.keyStreams, p.KeyID, "this API key")
+		if !ok {
+			return
+		}
+		defer releaseKey()
+		releaseAddress, ok := acquire(w, s.limiter.addressStreams, clientAddress(r), "this address")
+		if !ok {
+			return
+		}
+		defer releaseAddress()
 		s.streamEvents(w, r, run)
 		return
 	}
@@ -86,13 +101,17 @@ func cursor(v, param string) (int64, *apiError) {
 	return n, nil
 }
 
+// errKeyRevoked ends an event stream whose API key stopped working.
+var errKeyRevoked = errors.New("api: the event stream's API key no longer works")
+
 // streamEvents sends the timeline as Server-Sent Events, live, until the
 // run has ended and every entry is sent. Entries go out in revision order
 // with their revision as the SSE id, so an amended entry is sent again (same
 // "id" in its data, higher revision) and the client replaces what it had;
 // a reconnecting client resumes after its Last-Event-ID revision. A client
 // that reconnects to a finished run it has every entry of gets 204 No
-// Content, which tells EventSource to stop reconnecting.
+// Content, which tells EventSource to stop reconnecting. A stream whose
+// key is revoked ends with a "revoked" event, within a credential re-check.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.Run) {
 	after, apiErr := cursor(r.Header.Get("Last-Event-ID"), "Last-Event-ID")
 	if apiErr != nil {
@@ -122,12 +141,30 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.
 	flusher.Flush()
 	// The stream also ends when the daemon shuts down: http.Server's
 	// Shutdown waits for handlers but does not cancel them.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.closingCtx, cancel)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.closingCtx, func() { cancel(nil) })
 	defer stop()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watchCredential(ctx, cancel, r)
+	}()
+	defer func() {
+		cancel(nil)
+		<-watched
+	}()
 	ended, err := s.runs.Follow(ctx, run.OrgID, run.ID, after, sseWriter{w: w, flusher: flusher})
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errKeyRevoked) {
+			e := &apiError{Type: authentication, Code: "api_key_revoked", Message: "the API key this stream was opened with was revoked"}
+			if s.usesSession(r) {
+				e.Code, e.Message = "session_expired", "the session this stream was opened with has ended"
+			}
+			b, _ := json.Marshal(map[string]*apiError{"error": e})
+			fmt.Fprintf(w, "event: revoked\ndata: %s\n\n", b)
+			flusher.Flush()
+			return
+		}
 		if ctx.Err() == nil {
 			s.log.Error("event stream", "run", run.ID, "err", err)
 		}
@@ -135,6 +172,40 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, run store.
 	}
 	fmt.Fprintf(w, "event: end\ndata: {\"status\":%q}\n\n", ended.Status)
 	flusher.Flush()
+}
+
+// watchCredential ends the stream, with errKeyRevoked as the cause, once
+// the Authorization header (or the session cookie) it was opened with no
+// longer authenticates. It asks the store every credentialRecheck rather
+// than waiting for a notice, because keys are also revoked by other
+// processes (ephemeral admin key revoke) and sessions end on other daemons.
+func (s *Server) watchCredential(ctx context.Context, cancel context.CancelCauseFunc, r *http.Request) {
+	tick := time.NewTicker(s.credentialRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var err error
+		if s.usesSession(r) {
+			if _, err = s.sessions.SessionOrg(ctx, r); errors.Is(err, accounts.ErrNoSession) {
+				err = auth.ErrUnauthenticated
+			}
+		} else {
+			_, err = auth.Authenticate(ctx, s.store, r.Header.Get("Authorization"))
+		}
+		if errors.Is(err, auth.ErrUnauthenticated) {
+			cancel(errKeyRevoked)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			// The next tick tries again; the stream is not ended on a
+			// database hiccup.
+			s.log.Warn("re-check an event stream's API key", "err", err)
+		}
+	}
 }
 
 // sseWriter writes timeline entries as SSE "timeline" events.

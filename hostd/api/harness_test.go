@@ -57,7 +57,7 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		func() error {
 			return rec.Charge(ledger.Usage{ModelCalls: 3, InputTokens: 4800, OutputTokens: 414, ModelMicros: 330, ShellCommands: 4})
 		},
-		func() error { return rec.SaveRecording(pageRecording(spec)) },
+		func() error { return record(rec, pageRecording(spec)) },
 		func() error { return rec.Charge(ledger.Usage{VMTime: 13_333 * time.Millisecond}) },
 		func() error { return rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, nil) },
 	}
@@ -67,6 +67,14 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		}
 	}
 	return runs.Result{Output: "1. Prime script output: 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47"}, nil
+}
+
+// record records exchanges as a run's model turns.
+func record(rec *runs.Recorder, exchanges []recording.Exchange) error {
+	for _, ex := range exchanges {
+		rec.Recording().Record(ex)
+	}
+	return rec.Recording().Err()
 }
 
 // pageRecording is the first of the page's model turns as the agent
@@ -84,11 +92,12 @@ func pageRecording(spec runs.Spec) []recording.Exchange {
 }
 
 type harness struct {
-	t      testing.TB
-	url    string
-	dbPath string
-	store  *store.Store
-	svc    *runs.Service
+	t          testing.TB
+	url        string
+	metricsURL string
+	dbPath     string
+	store      *store.Store
+	svc        *runs.Service
 	// accounts signs browsers in: their session cookie works as a key.
 	accounts *accounts.Service
 	orgID    string
@@ -100,6 +109,12 @@ type harnessConfig struct {
 	maxActivePerOrg int
 	maxConcurrent   int
 	credit          int64
+	// maxRecordingBytes caps each run's recording (0: the default).
+	maxRecordingBytes int64
+	limits            Limits
+	// credentialRecheck is how often event streams re-check their key.
+	credentialRecheck time.Duration
+	retention         time.Duration // how long run content is kept; 0: 30 days
 }
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
@@ -118,6 +133,9 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if cfg.credit == 0 {
 		cfg.credit = 10_000_000
 	}
+	if cfg.retention == 0 {
+		cfg.retention = 30 * 24 * time.Hour
+	}
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "ephemeral.db")
 	st, err := store.Open(ctx, dbPath)
@@ -126,31 +144,34 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
-		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: 30 * 24 * time.Hour})
+		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: cfg.retention,
+		MaxRecordingBytes: cfg.maxRecordingBytes})
 	accts := accounts.New(st, accounts.Config{KDF: accounts.Params{Time: 1, MemoryKiB: 64, Threads: 1}, StarterCreditMicros: 1_000_000})
 	models, err := registry.New(registry.Config{OpenAI: registry.ProviderConfig{APIKey: "sk-test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000,
-		Models: models.Models, Sessions: accts,
+	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
+		CredentialRecheck: cfg.credentialRecheck, Models: models.Models, Sessions: accts,
 		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
 			return json.RawMessage(productPageRequest), "openai/gpt-6-luna", name == "product-page"
 		}})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)
 	ts.Start()
+	metrics := httptest.NewServer(srv.MetricsHandler())
 	serveCtx, stopServe := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { defer close(served); svc.Serve(serveCtx, time.Hour) }()
 	t.Cleanup(func() {
 		srv.CloseStreams()
 		ts.Close()
+		metrics.Close()
 		stopServe()
 		<-served
 		st.Close()
 	})
-	h := &harness{t: t, url: ts.URL, dbPath: dbPath, store: st, svc: svc, accounts: accts}
+	h := &harness{t: t, url: ts.URL, metricsURL: metrics.URL, dbPath: dbPath, store: st, svc: svc, accounts: accts}
 	h.orgID, h.key = h.newOrg("acme", cfg.credit)
 	return h
 }
@@ -217,6 +238,21 @@ func (h *harness) do(method, path, body string, headers ...string) response {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// get fetches url without a key.
+func (h *harness) get(url string) response {
+	h.t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		h.t.Fatal(err)
 	}

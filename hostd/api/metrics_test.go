@@ -9,8 +9,8 @@ func TestMetricsReportRunsMoneyAndBootTimes(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	h.waitFinished(h.createRun(productPageRequest).ID)
 	h.waitFinished(h.createRun(productPageRequest).ID)
-	resp := h.do("GET", "/metrics", "")
-	if !strings.HasPrefix(resp.header.Get("Content-Type"), "text/plain") {
+	resp := h.get(h.metricsURL + "/metrics")
+	if resp.status != 200 || !strings.HasPrefix(resp.header.Get("Content-Type"), "text/plain") {
 		t.Fatalf("content type %q", resp.header.Get("Content-Type"))
 	}
 	body := string(resp.body)
@@ -26,6 +26,22 @@ func TestMetricsReportRunsMoneyAndBootTimes(t *testing.T) {
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// /metrics sums up every organisation: the API does not serve it, with a
+// key or without, and the metrics handler serves nothing else.
+func TestMetricsAreNotOnTheAPI(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	for _, auth := range []string{"", "Bearer " + h.key} {
+		if resp := h.do("GET", "/metrics", "", "Authorization", auth); resp.status != 404 || strings.Contains(string(resp.body), "ephemeral_") {
+			t.Errorf("GET /metrics on the API with %q: %d %s", auth, resp.status, resp.body)
+		}
+	}
+	for _, path := range []string{"/v1/balance", "/healthz", "/openapi.json"} {
+		if resp := h.get(h.metricsURL + path); resp.status != 404 {
+			t.Errorf("GET %s on the metrics address: %d", path, resp.status)
 		}
 	}
 }

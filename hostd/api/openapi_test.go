@@ -7,15 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/ephemeralhq/ephemeral/examples"
 	"github.com/ephemeralhq/ephemeral/hostd/example"
+	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
 // TestHandlersMatchOpenAPIDocument sends requests covering every endpoint
@@ -31,7 +36,11 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("document invalid: %v", err)
 	}
-	doc.Servers = openapi3.Servers{{URL: h.url}}
+	// A second daemon whose limits are used up by one request each.
+	limited := newHarness(t, harnessConfig{limits: Limits{
+		KeyRunCreations: Rate{PerSecond: 0.001, Burst: 1}, KeyReads: Rate{PerSecond: 0.001, Burst: 1},
+		AddressReads: Rate{PerSecond: 0.001, Burst: 2}}})
+	doc.Servers = openapi3.Servers{{URL: h.url}, {URL: limited.url}}
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +100,8 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	h.waitFinished(run.ID)
 	cookie, _ := h.register("ada@example.org")
 	replay := strings.Replace(productPageRequest, `"web": false,`, `"web": false, "replay": "product-page",`, 1)
-	calls := []struct {
-		method, path, body string
-		headers            []string
-		wantStatus         int
-		// Some bad requests are ones the document itself forbids: only
-		// their responses are checked.
-		invalidRequest bool
-	}{
+	calls := []apiCall{
 		{"GET", "/healthz", "", nil, 200, false},
-		{"GET", "/metrics", "", nil, 200, false},
 		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
 		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 200, false},
 		{"POST", "/v1/runs", strings.Replace(productPageRequest, "120", "60", 1), []string{"Idempotency-Key", "k1"}, 422, false},
@@ -132,42 +133,123 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"GET", "/v1/balance", "", nil, 200, false},
 	}
 	for _, c := range calls {
-		req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+h.key)
-		if c.body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for i := 0; i+1 < len(c.headers); i += 2 {
-			req.Header.Set(c.headers[i], c.headers[i+1])
-		}
-		route, params, err := router.FindRoute(req)
-		if err != nil {
-			t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
-		}
-		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
-		reqErr := openapi3filter.ValidateRequest(context.Background(), in)
-		if (reqErr != nil) != c.invalidRequest {
-			t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
-		}
-		req.Body = io.NopCloser(strings.NewReader(c.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.wantStatus {
-			t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
-		}
-		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
-			Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
-			Options: &openapi3filter.Options{IncludeResponseStatus: true}}
-		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
-			t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
-		}
+		checkAgainstDocument(t, router, h, c)
+	}
+	// 429s, for the key's share of run creations and of other requests,
+	// and for the address's share before any key is looked up.
+	for _, c := range []apiCall{
+		{"POST", "/v1/runs", productPageRequest, nil, 201, false},
+		{"POST", "/v1/runs", productPageRequest, nil, 429, false},
+		{"GET", "/v1/balance", "", nil, 200, false},
+		{"GET", "/v1/runs", "", nil, 429, false},
+		{"GET", "/healthz", "", nil, 429, false},
+		{"GET", "/openapi.json", "", nil, 429, false},
+		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 429, false},
+	} {
+		checkAgainstDocument(t, router, limited, c)
+	}
+}
+
+// apiCall is a request to check against the document and its expected
+// status.
+type apiCall struct {
+	method, path, body string
+	headers            []string
+	wantStatus         int
+	// Some bad requests are ones the document itself forbids: only their
+	// responses are checked.
+	invalidRequest bool
+}
+
+// checkAgainstDocument sends c to h's handlers and checks the request and
+// the response against the document router was built from.
+func checkAgainstDocument(t *testing.T, router routers.Router, h *harness, c apiCall) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(c.headers); i += 2 {
+		req.Header.Set(c.headers[i], c.headers[i+1])
+	}
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
+	if (reqErr != nil) != c.invalidRequest {
+		t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
+	}
+	// Validation may have read the body and filled in defaults.
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(c.body)), int64(len(c.body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != c.wantStatus {
+		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
+		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
+	}
+}
+
+// A recording cut at its cap is served marked truncated, as the document
+// describes it, and replays up to the cut.
+func TestTruncatedRecordingIsServedMarked(t *testing.T) {
+	h := newHarness(t, harnessConfig{maxRecordingBytes: 2000, executor: scriptedExecutor(
+		func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+			exchanges := pageRecording(spec)
+			for turn := 2; turn <= 4; turn++ {
+				prev := exchanges[len(exchanges)-1]
+				req := prev.Request
+				req.Messages = append(slices.Clip(req.Messages),
+					model.Message{Role: model.RoleAssistant, ToolCalls: prev.Response.ToolCalls},
+					model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: "call_1", Content: strings.Repeat("out ", 200)}}})
+				exchanges = append(exchanges, recording.Exchange{Turn: turn, Request: req, Response: prev.Response, StartedAt: prev.StartedAt})
+			}
+			return runs.Result{Output: "done"}, record(rec, exchanges)
+		})})
+	run := h.waitFinished(h.createRun(productPageRequest).ID)
+	if run.Status != "succeeded" {
+		t.Fatalf("run %s", run.Status)
+	}
+	resp := h.do("GET", "/v1/runs/"+run.ID+"/recording", "")
+	if resp.status != http.StatusOK {
+		t.Fatalf("recording: %d %s", resp.status, resp.body)
+	}
+	served := h.do("GET", "/openapi.json", "")
+	doc, err := openapi3.NewLoader().LoadFromData(served.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body any
+	if err := json.Unmarshal(resp.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["Recording"].Value.VisitJSON(body); err != nil {
+		t.Fatalf("truncated recording does not match the document: %v\n%s", err, resp.body)
+	}
+	rec, err := recording.Decode(bytes.NewReader(resp.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Truncated == nil || rec.Truncated.KeptTurns != len(rec.Exchanges) || rec.Truncated.KeptTurns+rec.Truncated.DroppedTurns != 4 ||
+		rec.Truncated.LimitBytes != 2000 || len(rec.Exchanges) == 0 {
+		t.Fatalf("%d turns, truncation %+v", len(rec.Exchanges), rec.Truncated)
+	}
+	if _, err := recording.NewReplay(rec); err != nil {
+		t.Errorf("the kept turns do not replay: %v", err)
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ephemeralhq/ephemeral/hostd/api/strictjson"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
@@ -72,46 +74,62 @@ type canonicalRequest struct {
 	Replay string `json:"replay,omitempty"`
 }
 
-// decodeStrict decodes exactly one JSON value into v, rejecting unknown
-// fields (a misspelt permission must never be silently ignored), wrong
-// types and trailing data, and naming the offending field.
+// decodeStrict decodes the request body, exactly one JSON value, into v
+// (a pointer): every key must be spelled exactly as one of v's fields and
+// appear once (see strictjson), since a misspelt, differently cased or
+// repeated permission must never be silently ignored or overridden. Wrong
+// types and trailing data are rejected too, each naming the field.
 func decodeStrict(r *http.Request, w http.ResponseWriter, v any) *apiError {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, err2 := dec.Token(); err2 != io.EOF {
-			return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
-				Message: "request body must hold exactly one JSON object"}
-		}
-		return nil
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		return decodeError(err)
 	}
-	return decodeError(err)
+	return decodeBody(body, v)
+}
+
+// decodeBody is decodeStrict for a body already read.
+func decodeBody(body []byte, v any) *apiError {
+	if err := strictjson.Check(body, reflect.TypeOf(v)); err != nil {
+		return decodeError(err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return decodeError(err)
+	}
+	return nil
 }
 
 func decodeError(err error) *apiError {
 	var maxErr *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
+	var keyErr *strictjson.KeyError
 	switch {
 	case errors.As(err, &maxErr):
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: invalidRequest, Code: "body_too_large",
 			Message: fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes)}
+	case errors.As(err, &keyErr) && keyErr.Duplicate:
+		return badParam(keyErr.Path, "duplicate_parameter", fmt.Sprintf("parameter %q is given more than once", keyErr.Path))
+	case errors.As(err, &keyErr) && keyErr.Suggest != "":
+		return badParam(keyErr.Path, "unknown_parameter",
+			fmt.Sprintf("unknown parameter %q (names are case-sensitive: did you mean %q?)", keyErr.Path, keyErr.Suggest))
+	case errors.As(err, &keyErr):
+		return badParam(keyErr.Path, "unknown_parameter", fmt.Sprintf("unknown parameter %q", keyErr.Path))
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		return badParam(field, "parameter_invalid_type",
 			fmt.Sprintf("%s must be %s, not JSON %s", field, jsonTypeName(typeErr.Type.String()), typeErr.Value))
+	case errors.Is(err, strictjson.ErrTrailingData):
+		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
+			Message: "request body must hold exactly one JSON object"}
+	case errors.Is(err, strictjson.ErrTooDeep):
+		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
+			Message: fmt.Sprintf("request body nests deeper than %d levels", strictjson.MaxDepth)}
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
 			Message: "request body is not valid JSON: " + err.Error()}
 	case errors.Is(err, io.EOF):
 		return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json",
 			Message: "request body is empty"}
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
-		return badParam(name, "unknown_parameter", fmt.Sprintf("unknown parameter %q", name))
 	}
 	return &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "invalid_json", Message: err.Error()}
 }
@@ -230,7 +248,7 @@ func validateFiles(files []fileRequest, c *canonicalRequest) *apiError {
 		return badParam("files", "parameter_invalid", fmt.Sprintf("at most %d files", MaxFiles))
 	}
 	total := 0
-	seen := map[string]bool{}
+	byPath := map[string]int{} // a file's path to its index
 	for i, f := range files {
 		p := fmt.Sprintf("files[%d]", i)
 		if f.Path == nil {
@@ -239,10 +257,11 @@ func validateFiles(files []fileRequest, c *canonicalRequest) *apiError {
 		if msg := checkRelativePath(*f.Path); msg != "" {
 			return badParam(p+".path", "parameter_invalid", msg)
 		}
-		if seen[*f.Path] {
-			return badParam(p+".path", "parameter_invalid", fmt.Sprintf("file %q is listed twice", *f.Path))
+		if j, ok := byPath[*f.Path]; ok {
+			return badParam(p+".path", "parameter_conflict",
+				fmt.Sprintf("files[%d].path and files[%d].path are both %q", j, i, *f.Path))
 		}
-		seen[*f.Path] = true
+		byPath[*f.Path] = i
 		if f.Content == nil {
 			return badParam(p+".content", "parameter_missing", "content is required")
 		}
@@ -254,6 +273,17 @@ func validateFiles(files []fileRequest, c *canonicalRequest) *apiError {
 			return badParam(p+".content", "parameter_invalid", fmt.Sprintf("files exceed %d bytes in total", MaxFilesBytes))
 		}
 		c.Files = append(c.Files, runs.File{Path: *f.Path, Content: *f.Content})
+	}
+	// No file may sit inside another: "a" cannot be a file and the
+	// directory of "a/b" at once, and writing them would fail in the VM,
+	// after the boot has been paid for.
+	for i, f := range c.Files {
+		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
+			if j, ok := byPath[dir]; ok {
+				return badParam(fmt.Sprintf("files[%d].path", i), "parameter_conflict",
+					fmt.Sprintf("files[%d].path %q is a file, so files[%d].path %q cannot be inside it", j, dir, i, f.Path))
+			}
+		}
 	}
 	return nil
 }

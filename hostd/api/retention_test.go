@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
@@ -31,7 +32,7 @@ func canaryExecutor(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 			model.Message{Role: model.RoleAssistant, ToolCalls: exchanges[0].Response.ToolCalls},
 			model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: "call_1", Content: canary + "\n"}}})},
 		Response: &model.Response{Text: "it printed " + canary, StopReason: model.StopEndTurn}})
-	if err := rec.SaveRecording(exchanges); err != nil {
+	if err := record(rec, exchanges); err != nil {
 		return runs.Result{}, err
 	}
 	if strings.Contains(spec.Prompt, "fail") {
@@ -106,11 +107,12 @@ func TestDeletePurgesTheRecording(t *testing.T) {
 	if resp.status != http.StatusOK || resp.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("recording: %d %s", resp.status, resp.body)
 	}
-	exchanges, err := recording.Decode(bytes.NewReader(resp.body))
+	rec, err := recording.Decode(bytes.NewReader(resp.body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := recording.NewReplay(exchanges); err != nil || len(exchanges) != 2 ||
+	exchanges := rec.Exchanges
+	if _, err := recording.NewReplay(rec); err != nil || len(exchanges) != 2 ||
 		exchanges[0].Request.Messages[0].Text != "echo "+canary+" please" ||
 		exchanges[1].Request.Messages[2].ToolResults[0].Content != canary+"\n" {
 		t.Fatalf("recording does not replay the run's turns (%v): %s", err, resp.body)
@@ -133,4 +135,49 @@ func TestDeletePurgesTheRecording(t *testing.T) {
 	if dbFilesContain(t, h.dbPath, canary) {
 		t.Fatalf("canary %q still in the database files after the purge", canary)
 	}
+}
+
+// The retention janitor leaves nothing of an expired run's content in the
+// database files, with no checkpoint but its own, and gives the space back.
+func TestJanitorLeavesNoExpiredContentOnDisk(t *testing.T) {
+	h := newHarness(t, harnessConfig{executor: scriptedExecutor(canaryExecutor), retention: time.Nanosecond})
+	const canary = "CANARY-janitor-0be7c1"
+	var ids []string
+	for i := range 3 {
+		// Prompts of some size, so their purge frees whole pages.
+		ids = append(ids, h.waitFinished(h.createRun(fmt.Sprintf(`{"prompt":"echo %s please %d %s","shell":true,"max_cost_micros":1000}`,
+			canary, i, strings.Repeat("padding ", 2000))).ID).ID)
+	}
+	if !dbFilesContain(t, h.dbPath, canary) {
+		t.Fatal("runs' content not found before the sweep: the canary search is broken")
+	}
+	if err := h.store.Checkpoint(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := fileSize(t, h.dbPath)
+
+	if _, err := h.svc.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if resp := h.do("GET", "/v1/runs/"+id+"/recording", ""); resp.status != http.StatusNotFound {
+			t.Fatalf("recording after the sweep: %d %s", resp.status, resp.body)
+		}
+	}
+	if dbFilesContain(t, h.dbPath, canary) {
+		t.Fatalf("canary %q still in the database files after the sweep", canary)
+	}
+	if after := fileSize(t, h.dbPath); after >= before {
+		t.Fatalf("the database file did not shrink: %d bytes before the sweep, %d after", before, after)
+	}
+}
+
+// fileSize is the size of the database file.
+func fileSize(t *testing.T, dbPath string) int64 {
+	t.Helper()
+	fi, err := os.Stat(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

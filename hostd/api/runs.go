@@ -172,10 +172,10 @@ func (s *Server) getRecording(w http.ResponseWriter, r *http.Request, orgID stri
 	if !ok {
 		return
 	}
-	doc, err := s.store.Recording(r.Context(), orgID, run.ID)
+	doc, err := s.runs.Recording(r.Context(), orgID, run.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "recording_not_found", Param: "id",
-			Message: "the run has no recording: it has not finished, had zero data retention, made no model call, or its content was purged"})
+			Message: "the run has no recording: it has made no model call yet, had zero data retention, or its content was purged"})
 		return
 	}
 	if err != nil {

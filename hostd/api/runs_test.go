@@ -106,7 +106,15 @@ func TestRejectsBadInput(t *testing.T) {
 		{"connection twice", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":["GET"]},{"name":"gh","methods":["GET"]}]}`, nil, 400, "parameter_invalid", "connections[1].name"},
 		{"connection no methods", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":[]}]}`, nil, 400, "parameter_missing", "connections[0].methods"},
 		{"connection bad method", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":["GET","TRACE"]}]}`, nil, 400, "parameter_invalid", "connections[0].methods[1]"},
-		{"connection unknown field", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":["GET"],"token":"x"}]}`, nil, 400, "unknown_parameter", "token"},
+		{"connection unknown field", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":["GET"],"token":"x"}]}`, nil, 400, "unknown_parameter", "connections[0].token"},
+		{"field in other case", `{"prompt":"p","max_cost_micros":1,"Web":true}`, nil, 400, "unknown_parameter", "Web"},
+		{"field in upper case", `{"PROMPT":"p","max_cost_micros":1}`, nil, 400, "unknown_parameter", "PROMPT"},
+		{"connection field in other case", `{"prompt":"p","max_cost_micros":1,"connections":[{"Name":"gh","methods":["GET"]}]}`, nil, 400, "unknown_parameter", "connections[0].Name"},
+		{"field twice", `{"prompt":"p","max_cost_micros":1,"web":false,"web":true}`, nil, 400, "duplicate_parameter", "web"},
+		{"budget twice", `{"prompt":"p","max_cost_micros":1,"max_cost_micros":5000000}`, nil, 400, "duplicate_parameter", "max_cost_micros"},
+		{"connection field twice", `{"prompt":"p","max_cost_micros":1,"connections":[{"name":"gh","methods":["GET"],"methods":["DELETE"]}]}`, nil, 400, "duplicate_parameter", "connections[0].methods"},
+		{"file field twice", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","path":"b"}]}`, nil, 400, "duplicate_parameter", "files[0].path"},
+		{"nested too deep", `{"prompt":"p","max_cost_micros":1,"files":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, nil, 400, "invalid_json", ""},
 		{"file absolute", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"/etc/passwd","content":"x"}]}`, nil, 400, "parameter_invalid", "files[0].path"},
 		{"file dotdot", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"../x","content":"x"}]}`, nil, 400, "parameter_invalid", "files[0].path"},
 		{"file inner dotdot", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a/../../x","content":"x"}]}`, nil, 400, "parameter_invalid", "files[0].path"},
@@ -115,7 +123,9 @@ func TestRejectsBadInput(t *testing.T) {
 		{"file NUL", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a\u0000b","content":"x"}]}`, nil, 400, "parameter_invalid", "files[0].path"},
 		{"file no content", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a.txt"}]}`, nil, 400, "parameter_missing", "files[0].content"},
 		{"file too big", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a.txt","content":"` + strings.Repeat("a", MaxFileBytes+1) + `"}]}`, nil, 400, "parameter_invalid", "files[0].content"},
-		{"file twice", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":""},{"path":"a","content":""}]}`, nil, 400, "parameter_invalid", "files[1].path"},
+		{"file twice", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":""},{"path":"a","content":""}]}`, nil, 400, "parameter_conflict", "files[1].path"},
+		{"file trailing slash", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a/","content":""}]}`, nil, 400, "parameter_invalid", "files[0].path"},
+		{"file dot slash", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":""},{"path":"./a","content":""}]}`, nil, 400, "parameter_invalid", "files[1].path"},
 		{"body too large", `{"prompt":"` + big + `","max_cost_micros":1}`, nil, 413, "body_too_large", ""},
 		{"bad idempotency key", productPageRequest, []string{"Idempotency-Key", "has space"}, 400, "parameter_invalid", "Idempotency-Key"},
 	}
@@ -138,6 +148,44 @@ func TestRejectsBadInput(t *testing.T) {
 	h.do("GET", "/v1/runs", "").decode(t, &list)
 	if len(list.Data) != 0 {
 		t.Fatalf("rejected requests created %d runs", len(list.Data))
+	}
+}
+
+// Two files that cannot both be written are refused before anything is
+// reserved, naming both.
+func TestRejectsConflictingFiles(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	file := func(p string) string { return `{"path":"` + p + `","content":"x"}` }
+	for _, tt := range []struct {
+		files []string
+		param string
+		names []string
+	}{
+		{[]string{"a", "a/b"}, "files[1].path", []string{"files[0].path", "files[1].path"}},
+		{[]string{"a/b", "a"}, "files[0].path", []string{"files[0].path", "files[1].path"}},
+		{[]string{"x.txt", "d", "d/e/f/g.txt"}, "files[2].path", []string{"files[1].path", "files[2].path"}},
+		{[]string{"a", "b", "a"}, "files[2].path", []string{"files[0].path", "files[2].path"}},
+	} {
+		body := `{"prompt":"p","max_cost_micros":1,"files":[`
+		for i, p := range tt.files {
+			if i > 0 {
+				body += ","
+			}
+			body += file(p)
+		}
+		resp := h.do("POST", "/v1/runs", body+"]}")
+		if resp.status != http.StatusBadRequest {
+			t.Fatalf("%v: %d %s", tt.files, resp.status, resp.body)
+		}
+		e := resp.apiError(t)
+		if e.Code != "parameter_conflict" || e.Param != tt.param || !strings.Contains(e.Message, tt.names[0]) || !strings.Contains(e.Message, tt.names[1]) {
+			t.Errorf("%v: %+v, want param %s naming %v", tt.files, e, tt.param, tt.names)
+		}
+	}
+	// Siblings and names that share a prefix do not conflict.
+	h.createRun(`{"prompt":"p","max_cost_micros":1,"files":[` + file("a/b") + "," + file("a/c") + "," + file("ab") + "," + file("a.d/x") + `]}`)
+	if a := h.balance(); a.Held+a.Charged != 1 {
+		t.Fatalf("balance %+v: only the last run should have reserved", a)
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package api serves Ephemeral's HTTP API: the /v1 runs API with its
 // conventions (JSON errors naming the field, strict decoding, idempotency,
-// live Server-Sent Events), /healthz, /metrics and the OpenAPI document.
-// Clients authenticate with an API key; browsers of the web app may use
-// their session cookie instead, guarded against cross-site forgery.
+// live Server-Sent Events, limits per API key and client address), /healthz
+// and the OpenAPI document; and, on a handler of its own meant for a
+// loopback address, /metrics. Clients authenticate with an API key;
+// browsers of the web app may use their session cookie instead, guarded
+// against cross-site forgery.
 package api
 
 import (
@@ -11,6 +13,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
@@ -19,14 +22,18 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
 
-// Config tunes request validation.
+// Config tunes request validation and limits.
 type Config struct {
 	DefaultModel  string
 	MaxCostMicros int64 // upper bound a single run may reserve
 	// ValidateModel rejects models the daemon cannot run or price (400).
 	// Nil accepts any name.
 	ValidateModel func(model string) error
-	Logger        *slog.Logger
+	Limits        Limits
+	// CredentialRecheck is how often a live event stream checks that its
+	// API key still works; default DefaultCredentialRecheck.
+	CredentialRecheck time.Duration
+	Logger            *slog.Logger
 
 	// Models lists every model for GET /v1/models (a
 	// *registry.Registry's Models). Nil lists none.
@@ -46,6 +53,10 @@ type Sessions interface {
 	SessionOrg(ctx context.Context, r *http.Request) (string, error)
 }
 
+// DefaultCredentialRecheck bounds how long an event stream outlives the
+// revocation of its key.
+const DefaultCredentialRecheck = 2 * time.Second
+
 type limits struct {
 	defaultModel  string
 	maxCostMicros int64
@@ -54,10 +65,12 @@ type limits struct {
 
 // Server holds the API's dependencies.
 type Server struct {
-	store *store.Store
-	runs  *runs.Service
-	lim   limits
-	log   *slog.Logger
+	store             *store.Store
+	runs              *runs.Service
+	lim               limits
+	limiter           *limiter
+	credentialRecheck time.Duration
+	log               *slog.Logger
 
 	models         func() []registry.Status
 	exampleRequest func(string) (json.RawMessage, string, bool)
@@ -81,46 +94,76 @@ func New(st *store.Store, svc *runs.Service, cfg Config) *Server {
 	if cfg.MaxCostMicros <= 0 {
 		cfg.MaxCostMicros = 100_000_000
 	}
+	if cfg.CredentialRecheck <= 0 {
+		cfg.CredentialRecheck = DefaultCredentialRecheck
+	}
 	closingCtx, closeStreams := context.WithCancel(context.Background())
 	return &Server{store: st, runs: svc, log: cfg.Logger, closingCtx: closingCtx, CloseStreams: closeStreams,
-		lim:    limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel},
+		lim:     limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel},
+		limiter: newLimiter(cfg.Limits), credentialRecheck: cfg.CredentialRecheck,
 		models: cfg.Models, exampleRequest: cfg.ExampleRequest, sessions: cfg.Sessions,
 		crossOrigin: http.NewCrossOriginProtection()}
 }
 
-// Handler routes every endpoint.
+// Handler routes every endpoint of the API. /metrics is not one of them:
+// it sums up every organisation, so it is served by MetricsHandler, on an
+// address of its own.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /metrics", s.metrics)
-	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
-	mux.Handle("POST /v1/runs", s.authed(s.createRun))
-	mux.Handle("GET /v1/runs", s.authed(s.listRuns))
-	mux.Handle("GET /v1/runs/{id}", s.authed(s.getRun))
-	mux.Handle("DELETE /v1/runs/{id}", s.authed(s.deleteRun))
-	mux.Handle("POST /v1/runs/{id}/cancel", s.authed(s.cancelRun))
-	mux.Handle("GET /v1/runs/{id}/events", s.authed(s.events))
-	mux.Handle("GET /v1/runs/{id}/recording", s.authed(s.getRecording))
-	mux.Handle("GET /v1/balance", s.authed(s.balance))
-	mux.HandleFunc("GET /v1/models", s.listModels)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "not_found",
-			Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
-	})
+	mux.Handle("GET /healthz", s.public(s.healthz))
+	mux.Handle("GET /openapi.json", s.public(serveOpenAPI))
+	mux.Handle("POST /v1/runs", s.authed(runCreation, s.createRun))
+	mux.Handle("GET /v1/runs", s.authed(otherRequest, s.listRuns))
+	mux.Handle("GET /v1/runs/{id}", s.authed(otherRequest, s.getRun))
+	mux.Handle("DELETE /v1/runs/{id}", s.authed(otherRequest, s.deleteRun))
+	mux.Handle("POST /v1/runs/{id}/cancel", s.authed(otherRequest, s.cancelRun))
+	mux.Handle("GET /v1/runs/{id}/events", s.authed(otherRequest, s.events))
+	mux.Handle("GET /v1/runs/{id}/recording", s.authed(otherRequest, s.getRecording))
+	mux.Handle("GET /v1/balance", s.authed(otherRequest, s.balance))
+	mux.Handle("GET /v1/models", s.public(s.listModels))
+	mux.Handle("/", s.public(notFound))
 	return mux
 }
 
-type orgKey struct{}
+// MetricsHandler serves /metrics (Prometheus text) and nothing else.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", s.metrics)
+	mux.HandleFunc("/", notFound)
+	return mux
+}
 
-// authed resolves the Bearer key, or a browser's session cookie, to its
-// organisation before h runs.
-func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, &apiError{Status: http.StatusNotFound, Type: invalidRequest, Code: "not_found",
+		Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+}
+
+// public counts a request that needs no key against its address's share.
+func (s *Server) public(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "" && s.sessions != nil && accounts.HasSessionCookie(r) {
-			s.sessionAuthed(w, r, h)
+		if take(w, s.limiter.perAddress[otherRequest], clientAddress(r), "this address") {
+			h(w, r)
+		}
+	})
+}
+
+type principalKey struct{}
+
+// authed counts the request against its address's share of kind, resolves
+// the Bearer key (or a browser's session cookie) to its organisation,
+// counts the request against the key's share, then runs h. The address is
+// counted first so that a flood of bad keys is held to the address's share
+// before it costs a key lookup.
+func (s *Server) authed(kind requestKind, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !take(w, s.limiter.perAddress[kind], clientAddress(r), "this address") {
 			return
 		}
-		orgID, err := auth.Authenticate(r.Context(), s.store, r.Header.Get("Authorization"))
+		if s.usesSession(r) {
+			s.sessionAuthed(kind, w, r, h)
+			return
+		}
+		p, err := auth.Authenticate(r.Context(), s.store, r.Header.Get("Authorization"))
 		if errors.Is(err, auth.ErrUnauthenticated) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ephemeral"`)
 			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: authentication, Code: "invalid_api_key",
@@ -131,15 +174,30 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http
 			s.internalError(w, r, err)
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), orgKey{}, orgID)), orgID)
+		if !take(w, s.limiter.perKey[kind], p.KeyID, "this API key") {
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), p.OrgID)
 	})
+}
+
+// usesSession reports whether the request authenticates with the session
+// cookie: it carries one and no Authorization header.
+func (s *Server) usesSession(r *http.Request) bool {
+	return s.sessions != nil && r.Header.Get("Authorization") == "" && accounts.HasSessionCookie(r)
+}
+
+// sessionPrincipal names a session's organisation where limits count keys:
+// a signed-in browser gets the share of one key.
+func sessionPrincipal(orgID string) auth.Principal {
+	return auth.Principal{KeyID: "session:" + orgID, OrgID: orgID}
 }
 
 // sessionAuthed serves a browser that sent its session cookie. A cookie
 // goes with every request the browser makes to this origin, also those a
 // page of another origin makes it send: a request that changes state must
 // come from a page of this origin (Sec-Fetch-Site, else Origin).
-func (s *Server) sessionAuthed(w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request, string)) {
+func (s *Server) sessionAuthed(kind requestKind, w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request, string)) {
 	orgID, err := s.sessions.SessionOrg(r.Context(), r)
 	if errors.Is(err, accounts.ErrNoSession) {
 		writeError(w, &apiError{Status: http.StatusUnauthorized, Type: authentication, Code: "session_expired",
@@ -155,7 +213,11 @@ func (s *Server) sessionAuthed(w http.ResponseWriter, r *http.Request, h func(ht
 			Message: "a request with the session cookie that changes state must come from this site's own pages"})
 		return
 	}
-	h(w, r.WithContext(context.WithValue(r.Context(), orgKey{}, orgID)), orgID)
+	p := sessionPrincipal(orgID)
+	if !take(w, s.limiter.perKey[kind], p.KeyID, "this session") {
+		return
+	}
+	h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), orgID)
 }
 
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
@@ -164,8 +226,10 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 		Message: "internal error; the request may be retried"})
 }
 
+// healthz answers liveness probes: the daemon serves and its database
+// answers a read. It costs the same however many runs the database holds.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.store.Totals(r.Context()); err != nil {
+	if err := s.store.Ping(r.Context()); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}

@@ -77,30 +77,36 @@ type keyStore interface {
 // used constantly costs one write per this interval, not one per request.
 const LastUseGranularity = time.Minute
 
+// Principal is who a valid key speaks for.
+type Principal struct {
+	KeyID string
+	OrgID string
+}
+
 // Authenticate checks an Authorization header value ("Bearer eph_...") and
-// returns the key's organisation, recording that the key was used.
-func Authenticate(ctx context.Context, keys keyStore, header string) (orgID string, err error) {
+// returns the key's id and organisation, recording that the key was used.
+func Authenticate(ctx context.Context, keys keyStore, header string) (Principal, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", ErrUnauthenticated
+		return Principal{}, ErrUnauthenticated
 	}
 	id, err := ParseID(strings.TrimSpace(secret))
 	if err != nil {
-		return "", err
+		return Principal{}, err
 	}
 	k, err := keys.KeyByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", ErrUnauthenticated
+		return Principal{}, ErrUnauthenticated
 	}
 	if err != nil {
-		return "", fmt.Errorf("auth: look up key: %w", err)
+		return Principal{}, fmt.Errorf("auth: look up key: %w", err)
 	}
 	if subtle.ConstantTimeCompare(k.Hash, Hash(strings.TrimSpace(secret))) != 1 || k.Revoked {
-		return "", ErrUnauthenticated
+		return Principal{}, ErrUnauthenticated
 	}
 	if now := time.Now(); k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= LastUseGranularity {
 		// A failed write costs the key's last-use time, not the request.
 		_ = keys.TouchKey(ctx, id, now)
 	}
-	return k.OrgID, nil
+	return Principal{KeyID: k.ID, OrgID: k.OrgID}, nil
 }

@@ -59,8 +59,8 @@ func TestAuthenticate(t *testing.T) {
 	if !strings.HasPrefix(good.Secret, "eph_"+good.ID+"_") || len(good.Secret) < 60 {
 		t.Fatalf("key shape %q", good.Secret)
 	}
-	if org, err := Authenticate(context.Background(), keys, "Bearer "+good.Secret); err != nil || org != "org_a" {
-		t.Fatalf("good key: %q %v", org, err)
+	if p, err := Authenticate(context.Background(), keys, "Bearer "+good.Secret); err != nil || p != (Principal{KeyID: good.ID, OrgID: "org_a"}) {
+		t.Fatalf("good key: %+v %v", p, err)
 	}
 	forged := "eph_" + good.ID + "_" + strings.Repeat("A", 43) // right id, wrong secret
 	for _, header := range []string{"", "Bearer", "Bearer ", "bearer " + forged, "Token " + good.Secret,

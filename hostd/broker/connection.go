@@ -20,44 +20,6 @@ var credentialHeaders = []string{
 	"X-Csrf-Token", "X-Xsrf-Token",
 }
 
-// errEscapesBase is why a connection path is refused.
-var errEscapesBase = errors.New("path must stay under the connection's base URL: no dot segments, encoded separators or backslashes")
-
-// checkSubpath accepts the escaped path a guest asks for under a
-// connection ("" or "/..."). It refuses anything an upstream or a proxy in
-// front of it might normalise to outside the base path: dot segments,
-// encoded dots, slashes, backslashes, NULs and percent signs (which a
-// second decoding would turn into any of those), and control characters.
-func checkSubpath(raw string) error {
-	if raw == "" {
-		return nil
-	}
-	if raw[0] != '/' {
-		return errEscapesBase
-	}
-	lower := strings.ToLower(raw)
-	for _, bad := range []string{"%2e", "%2f", "%5c", "%00", "%25", "\\"} {
-		if strings.Contains(lower, bad) {
-			return errEscapesBase
-		}
-	}
-	decoded, err := url.PathUnescape(raw)
-	if err != nil {
-		return errEscapesBase
-	}
-	for _, seg := range strings.Split(decoded, "/") {
-		if seg == "." || seg == ".." {
-			return errEscapesBase
-		}
-	}
-	for _, r := range decoded {
-		if r < 0x20 || r == 0x7f {
-			return errEscapesBase
-		}
-	}
-	return nil
-}
-
 // splitConnectionPath splits "/crm/v1/x" into "crm" and "/v1/x".
 func splitConnectionPath(escaped string) (name, rest string) {
 	p := strings.TrimPrefix(escaped, "/")
@@ -83,17 +45,27 @@ func (s *Session) connectionRequest(ctx context.Context, name, method, rawPath, 
 		return nil, refuse(http.StatusForbidden, "method %s is not granted for connection %q (granted: %s)",
 			method, name, strings.Join(gc.methods, ", "))
 	}
-	if err := checkSubpath(rawPath); err != nil {
-		return nil, refuse(http.StatusForbidden, "%v", err)
+	canonical, ref := canonicalSubpath(rawPath)
+	if ref != nil {
+		return nil, ref
+	}
+	// The timeline shows what was forwarded.
+	ev.Path = canonical
+	if ev.Path == "" {
+		ev.Path = "/"
 	}
 	if int64(len(body)) > s.b.limits.MaxRequestBytes {
 		return nil, refuse(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", s.b.limits.MaxRequestBytes)
 	}
 	base := gc.conn.BaseURL
+	// Forward exactly the path that was checked: RawPath is the encoding
+	// the request line carries, Path its decoded twin.
 	target := *base
-	decoded, _ := url.PathUnescape(rawPath) // checkSubpath decoded it already
-	target.Path = base.Path + decoded
-	target.RawPath = base.EscapedPath() + rawPath
+	target.RawPath = base.EscapedPath() + canonical
+	var err error
+	if target.Path, err = url.PathUnescape(target.RawPath); err != nil {
+		return nil, refuse(http.StatusServiceUnavailable, "connection %q: base URL: %v", name, err)
+	}
 	target.RawQuery = rawQuery
 
 	h := s.b.inProcess[base.Hostname()]
@@ -144,11 +116,8 @@ func (s *Session) connectionRequest(ctx context.Context, name, method, rawPath, 
 func (s *Session) proxyConnection(w http.ResponseWriter, r *http.Request, start time.Time) {
 	ctx, cancel := s.requestContext(r.Context())
 	defer cancel()
-	name, rest := splitConnectionPath(r.URL.EscapedPath())
-	ev := Event{Start: start, Connection: name, Method: r.Method, Path: rest}
-	if ev.Path == "" {
-		ev.Path = "/"
-	}
+	ev := requestEvent(r, start)
+	_, rest := splitConnectionPath(requestPath(r.URL))
 	body, err := readCapped(r.Body, s.b.limits.MaxRequestBytes)
 	if errors.Is(err, errRequestTooLarge) {
 		s.relay(w, nil, refuse(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", s.b.limits.MaxRequestBytes), &ev)
@@ -158,7 +127,7 @@ func (s *Session) proxyConnection(w http.ResponseWriter, r *http.Request, start 
 		s.relay(w, nil, refuse(http.StatusBadRequest, "read request body: %v", err), &ev)
 		return
 	}
-	resp, ref := s.connectionRequest(ctx, name, r.Method, rest, r.URL.RawQuery, r.Header, body, &ev)
+	resp, ref := s.connectionRequest(ctx, ev.Connection, r.Method, rest, r.URL.RawQuery, r.Header, body, &ev)
 	s.relay(w, resp, ref, &ev)
 }
 
@@ -175,7 +144,7 @@ func (s *Session) ConnectionRequest(ctx context.Context, name string, req Reques
 	if err != nil || u.IsAbs() || u.Host != "" || u.User != nil {
 		return s.collect(nil, refuse(http.StatusBadRequest, "url must be a path under the connection, like /v1/items"), &ev)
 	}
-	rawPath := u.EscapedPath()
+	rawPath := requestPath(u)
 	if rawPath != "" && !strings.HasPrefix(rawPath, "/") {
 		rawPath = "/" + rawPath
 	}

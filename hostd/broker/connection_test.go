@@ -104,18 +104,82 @@ func TestConnectionMethodNotGrantedIsRefused(t *testing.T) {
 	}
 }
 
+// The attacks on the base path, sent as a guest's curl --path-as-is
+// would: each is refused with its own event, none reaches the upstream.
 func TestConnectionPathMustStayUnderBase(t *testing.T) {
 	up := newUpstream(t, false, hello)
 	p := connectionProxy(t, up, []string{"GET"}, "GET")
-	for _, path := range []string{"/crm/../admin", "/crm/v1/../../admin", "/crm/%2e%2e/admin", "/crm/v1%2f..%2f..%2fadmin",
-		"/crm/%252e%252e/admin", "/crm/v1\\..\\admin"} {
-		resp, _ := p.raw(t, "GET http://connections.internal"+path+" HTTP/1.1\r\nHost: connections.internal\r\n\r\n")
-		if resp.StatusCode != http.StatusForbidden {
-			t.Errorf("%s: %d, want 403", path, resp.StatusCode)
+	for path, want := range map[string]int{
+		"/crm/../admin":                       403,
+		"/crm/v1/../../admin":                 403,
+		"/crm/%2e%2e/admin":                   403,
+		"/crm/customers/..;/x":                400,
+		"/crm/..;/admin":                      400,
+		"/crm/..%3b/admin":                    400,
+		"/crm/..%20/admin":                    400,
+		"/crm/%C0%AE%C0%AE/admin":             400,
+		"/crm/%EF%BC%8E%EF%BC%8E/admin":       400,
+		"/crm/\xef\xbc\x8e\xef\xbc\x8e/admin": 400,
+		"/crm/.../admin":                      400,
+		"/crm/v1%2f..%2f..%2fadmin":           400,
+		"/crm/%252e%252e/admin":               400,
+		"/crm/v1\\..\\admin":                  400,
+	} {
+		resp, body := p.raw(t, "GET http://connections.internal"+path+" HTTP/1.1\r\nHost: connections.internal\r\n\r\n")
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d %q, want %d", path, resp.StatusCode, body, want)
+		}
+		// The broker records a refusal before it answers.
+		if ev := p.obs.last(t); ev.Connection != "crm" || ev.Status != want || ev.Refused == "" {
+			t.Errorf("%s: event %q", path, ev.Message())
 		}
 	}
 	if reqs, _ := up.seen(); len(reqs) != 0 {
 		t.Errorf("upstream reached: %v", reqs[0].URL)
+	}
+}
+
+// The upstream receives exactly the canonical path the broker checked,
+// from the proxy and from the connection_request tool alike.
+func TestConnectionForwardsTheCanonicalPath(t *testing.T) {
+	up := newUpstream(t, false, hello)
+	p := connectionProxy(t, up, []string{"GET"}, "GET")
+	for sent, want := range map[string]string{
+		"/crm/v1/customers":           "/api/v1/customers",
+		"/crm":                        "/api",
+		"/crm/":                       "/api/",
+		"/crm/v1//customers//":        "/api/v1/customers/",
+		"/crm/v1/../v2/%7eme?q=a%2Fb": "/api/v2/~me?q=a%2Fb",
+		"/crm/caf%c3%a9/a%2cb;v=1":    "/api/caf%C3%A9/a%2Cb;v=1",
+		"/crm/\xc3\xa9t\xc3\xa9/{id}": "/api/%C3%A9t%C3%A9/%7Bid%7D",
+	} {
+		resp, body := p.raw(t, "GET http://connections.internal"+sent+" HTTP/1.1\r\nHost: connections.internal\r\n\r\n")
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d %q", sent, resp.StatusCode, body)
+			continue
+		}
+		reqs, _ := up.seen()
+		if got := reqs[len(reqs)-1].RequestURI; got != want {
+			t.Errorf("%s: upstream got %s, want %s", sent, got, want)
+		}
+	}
+	_, err := p.session.ConnectionRequest(context.Background(), "crm", Request{URL: "v1//a/./b%2d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, _ := up.seen()
+	if got := reqs[len(reqs)-1].RequestURI; got != "/api/v1/a/b-" {
+		t.Errorf("tool: upstream got %s", got)
+	}
+	if ev := p.obs.last(t); ev.Message() != "GET crm /v1/a/b- → 200" {
+		t.Errorf("tool event %q", ev.Message())
+	}
+	_, err = p.session.ConnectionRequest(context.Background(), "crm", Request{URL: "/customers/..;/admin"})
+	if status, ok := RefusedStatus(err); !ok || status != http.StatusBadRequest {
+		t.Errorf("..; through the tool: %v", err)
+	}
+	if ev := p.obs.last(t); ev.Status != 400 || !strings.Contains(ev.Message(), `GET crm /customers/..;/admin → 400 refused: path segment "..;"`) {
+		t.Errorf("tool refusal event %q", ev.Message())
 	}
 }
 

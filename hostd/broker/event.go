@@ -1,12 +1,19 @@
 package broker
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Message is the event's timeline wording:
 // "GET example.com → 200, 12 KB", "GET crm /v1/customers → 200",
-// "POST crm /v1/customers → 403 refused: method POST is not granted ...".
+// "POST crm /v1/customers → 403 refused: method POST is not granted ...",
+// "GET → 400 refused: malformed request: ..." (a request without a host).
 func (e Event) Message() string {
-	what := e.Method + " " + e.Host
+	what := strings.TrimSpace(e.Method + " " + e.Host)
+	if what == "" {
+		what = "request" // one too malformed to name its method
+	}
 	if e.Connection != "" {
 		what = e.Method + " " + e.Connection + " " + e.Path
 	}

@@ -13,7 +13,8 @@ var ErrForbiddenAddress = errors.New("address not allowed")
 
 // forbidden lists what a sandbox may never reach beyond what
 // netip.Addr's own predicates catch (loopback, private, link-local,
-// multicast, unspecified).
+// multicast, unspecified) and, for IPv6, beyond everything outside
+// 2000::/3.
 var forbidden = []struct {
 	prefix netip.Prefix
 	what   string
@@ -26,21 +27,32 @@ var forbidden = []struct {
 	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
 	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
-	{netip.MustParsePrefix("100::/64"), "discard-only"},
+	// Inside 2000::/3 but not global (IANA special-purpose registry).
+	// Teredo (2001::/32) carries an IPv4 server and an XORed client
+	// address; nothing should be tunnelled through it, so it is refused
+	// whole along with the rest of 2001::/23.
 	{netip.MustParsePrefix("2001::/32"), "Teredo"},
+	{netip.MustParsePrefix("2001::/23"), "IETF protocol assignments"},
 	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
-	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
 }
 
-// Prefixes that carry an IPv4 address inside an IPv6 one: the embedded
-// address is checked as well.
+// IPv6 forms that name an IPv4 address. netip.Addr.Unmap handles
+// ::ffff:a.b.c.d (IPv4-mapped).
 var (
-	nat64     = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour = netip.MustParsePrefix("2002::/16")
+	globalUnicast6 = netip.MustParsePrefix("2000::/3")
+	nat64          = netip.MustParsePrefix("64:ff9b::/96")   // well-known NAT64 prefix: a.b.c.d in the last 32 bits
+	sixToFour      = netip.MustParsePrefix("2002::/16")      // 6to4: a.b.c.d in bits 16-47
+	localNAT64     = netip.MustParsePrefix("64:ff9b:1::/48") // local-use NAT64: the IPv4 position depends on the prefix length chosen
+	compatible     = netip.MustParsePrefix("::/96")          // deprecated IPv4-compatible ::a.b.c.d
+	translated     = netip.MustParsePrefix("::ffff:0:0/96")  // SIIT IPv4-translated ::ffff:0:a.b.c.d
 )
 
 // CheckAddress returns nil if a sandbox may be connected to a, and an
-// error wrapping ErrForbiddenAddress saying why not otherwise.
+// error wrapping ErrForbiddenAddress saying why not otherwise. An IPv6
+// address must be global unicast (2000::/3) or the well-known NAT64 form
+// of an allowed IPv4 address; an IPv4 address that a 6to4 address or an
+// ISATAP interface id carries must be allowed too.
 func CheckAddress(a netip.Addr) error {
 	if !a.IsValid() {
 		return fmt.Errorf("invalid address: %w", ErrForbiddenAddress)
@@ -49,50 +61,80 @@ func CheckAddress(a netip.Addr) error {
 		return fmt.Errorf("%s: scoped address: %w", a, ErrForbiddenAddress)
 	}
 	a = a.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1 to the kernel
-	var what string
-	switch {
-	case a.IsUnspecified():
-		what = "unspecified"
-	case a.IsLoopback():
-		what = "loopback"
-	case a.IsPrivate():
-		what = "private" // RFC 1918 and fc00::/7, which holds fd00:ec2::254
-	case a.IsLinkLocalUnicast():
-		what = "link-local" // holds 169.254.169.254
-	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
-		what = "multicast"
-	case !a.IsGlobalUnicast():
-		what = "not global unicast"
-	}
-	if what == "" {
-		for _, f := range forbidden {
-			if f.prefix.Contains(a) {
-				what = f.what
-				break
-			}
-		}
-	}
-	if what != "" {
+	if what := forbiddenAs(a); what != "" {
 		return fmt.Errorf("%s is %s: %w", a, what, ErrForbiddenAddress)
 	}
-	if embedded, ok := embeddedIPv4(a); ok {
-		if err := CheckAddress(embedded); err != nil {
-			return fmt.Errorf("%s embeds %w", a, err)
+	for _, e := range embeddedIPv4(a) {
+		if err := CheckAddress(e.addr); err != nil {
+			return fmt.Errorf("%s embeds (%s) %w", a, e.how, err)
 		}
 	}
 	return nil
 }
 
-// embeddedIPv4 extracts the IPv4 address a NAT64 or 6to4 address stands for.
-func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+// forbiddenAs names the class of address a is when no sandbox may reach
+// it, and returns "" otherwise.
+func forbiddenAs(a netip.Addr) string {
+	switch {
+	case a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsPrivate():
+		return "private" // RFC 1918 and fc00::/7, which holds fd00:ec2::254
+	case a.IsLinkLocalUnicast():
+		return "link-local" // holds 169.254.169.254
+	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
+		return "multicast"
+	case !a.IsGlobalUnicast():
+		return "not global unicast"
+	}
+	if a.Is6() && !globalUnicast6.Contains(a) && !nat64.Contains(a) {
+		switch {
+		case localNAT64.Contains(a):
+			return "local-use NAT64"
+		case translated.Contains(a):
+			return "IPv4-translated (SIIT)"
+		case compatible.Contains(a):
+			return "IPv4-compatible"
+		}
+		return "outside the IPv6 global unicast block 2000::/3"
+	}
+	for _, f := range forbidden {
+		if f.prefix.Contains(a) {
+			return f.what
+		}
+	}
+	return ""
+}
+
+// embedding is an IPv4 address an IPv6 address carries, and how.
+type embedding struct {
+	addr netip.Addr
+	how  string
+}
+
+// embeddedIPv4 extracts the IPv4 addresses an allowed-looking IPv6
+// address stands for: the NAT64 or 6to4 prefix's, and an ISATAP interface
+// id's (::0:5efe:a.b.c.d, ::200:5efe:a.b.c.d), which may come on top of
+// a 6to4 prefix.
+func embeddedIPv4(a netip.Addr) []embedding {
+	if !a.Is6() {
+		return nil
+	}
 	b := a.As16()
+	var out []embedding
 	switch {
 	case nat64.Contains(a):
-		return netip.AddrFrom4([4]byte(b[12:16])), true
+		return []embedding{{netip.AddrFrom4([4]byte(b[12:16])), "NAT64"}}
 	case sixToFour.Contains(a):
-		return netip.AddrFrom4([4]byte(b[2:6])), true
+		out = append(out, embedding{netip.AddrFrom4([4]byte(b[2:6])), "6to4"})
 	}
-	return netip.Addr{}, false
+	// The u/l and group bits of the interface id's first byte may be set.
+	if b[8]&^0x03 == 0 && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe {
+		out = append(out, embedding{netip.AddrFrom4([4]byte(b[12:16])), "ISATAP"})
+	}
+	return out
 }
 
 // authority is a parsed host and port a request names.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -10,24 +11,29 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // hopByHop are the headers that describe one connection, not the request
-// (RFC 9110 section 7.6.1), plus the proxy's own.
+// (RFC 9110 section 7.6.1), plus the proxy's own and HTTP2-Settings (an
+// h2c upgrade's).
 var hopByHop = []string{
 	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings",
 }
 
-// cleanHeader copies h without hop-by-hop headers, including those the
-// Connection header names.
-func cleanHeader(h http.Header) http.Header {
+// cleanHeader copies h without hop-by-hop headers: the standard ones,
+// those h's Connection header names and those named in connection (the
+// Connection header as the upstream sent it, when h no longer has it).
+func cleanHeader(h http.Header, connection ...string) http.Header {
 	out := h.Clone()
 	if out == nil {
 		out = http.Header{}
 	}
-	for _, v := range h.Values("Connection") {
+	for _, v := range slices.Concat(h.Values("Connection"), connection) {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				out.Del(name)
@@ -42,21 +48,101 @@ func cleanHeader(h http.Header) http.Header {
 
 // transport sends one request over a fresh connection to exactly addr,
 // whatever host the request's URL names (that name only goes into the
-// Host header and TLS server name). No connection is ever reused.
-func (s *Session) transport(addr netip.AddrPort) *http.Transport {
+// Host header and TLS server name). No connection is ever reused, so the
+// one connection it dials carries the request: dialed returns it.
+func (s *Session) transport(addr netip.AddrPort) (_ *http.Transport, dialed func() *recordingConn) {
 	lim := s.b.limits
-	dialer := &net.Dialer{Timeout: lim.DialTimeout}
-	return &http.Transport{
+	var mu sync.Mutex
+	var conn *recordingConn
+	dial := func(ctx context.Context) (net.Conn, error) {
+		d := &net.Dialer{Timeout: lim.DialTimeout}
+		return d.DialContext(ctx, "tcp", addr.String())
+	}
+	keep := func(c net.Conn) net.Conn {
+		mu.Lock()
+		defer mu.Unlock()
+		conn = &recordingConn{Conn: c, max: 2*lim.MaxHeaderBytes + 4096}
+		return conn
+	}
+	dialed = func() *recordingConn {
+		mu.Lock()
+		defer mu.Unlock()
+		return conn
+	}
+	t := &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "tcp", addr.String())
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return keep(c), nil
 		},
-		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: s.b.hooks.RootCAs},
-		TLSHandshakeTimeout:    lim.DialTimeout,
+		// TLS is done here rather than by the transport so that what
+		// recordingConn sees is the plaintext response.
+		DialTLSContext: func(ctx context.Context, network, hostport string) (net.Conn, error) {
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			host, _, _ := net.SplitHostPort(hostport)
+			tc := tls.Client(c, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: s.b.hooks.RootCAs, ServerName: host})
+			hctx, cancel := context.WithTimeout(ctx, lim.DialTimeout)
+			defer cancel()
+			if err := tc.HandshakeContext(hctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return keep(tc), nil
+		},
 		DisableKeepAlives:      true,
 		DisableCompression:     true, // pass bodies through as the upstream sent them
 		MaxResponseHeaderBytes: int64(lim.MaxHeaderBytes),
 		ResponseHeaderTimeout:  lim.RequestTimeout,
+	}
+	return t, dialed
+}
+
+// recordingConn keeps the first bytes an upstream sends: the response
+// head, whose Connection header Go's client deletes when it holds
+// "close", taking with it the names of the hop-by-hop headers it lists.
+type recordingConn struct {
+	net.Conn
+	max  int
+	mu   sync.Mutex
+	head []byte
+}
+
+func (c *recordingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	if room := c.max - len(c.head); room > 0 {
+		c.head = append(c.head, p[:min(n, room)]...)
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
+// connectionHeader returns the Connection header values of the final
+// (non-1xx) response head received.
+func (c *recordingConn) connectionHeader() ([]string, error) {
+	c.mu.Lock()
+	head := bytes.Clone(c.head)
+	c.mu.Unlock()
+	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	for {
+		line, err := r.ReadLine()
+		if err != nil {
+			return nil, fmt.Errorf("read response head: %w", err)
+		}
+		_, status, _ := strings.Cut(line, " ")
+		h, err := r.ReadMIMEHeader()
+		if err != nil {
+			return nil, fmt.Errorf("read response head: %w", err)
+		}
+		if !strings.HasPrefix(status, "1") || strings.HasPrefix(status, "101") {
+			return h.Values("Connection"), nil
+		}
 	}
 }
 
@@ -68,13 +154,20 @@ var errResponseTooLarge = errors.New("response body exceeds the broker's limit")
 // cap fails with errResponseTooLarge, never silently truncates.
 func (s *Session) send(req *http.Request, addr netip.AddrPort, h http.Handler) (*http.Response, error) {
 	var resp *http.Response
+	var connection []string
 	var err error
 	if h != nil {
 		resp, err = serveInProcess(req, h, s.b.limits.MaxResponseBytes)
 	} else {
-		t := s.transport(addr)
+		t, dialed := s.transport(addr)
 		resp, err = t.RoundTrip(req)
 		t.CloseIdleConnections()
+		if err == nil {
+			if connection, err = dialed().connectionHeader(); err != nil {
+				resp.Body.Close()
+				return nil, err
+			}
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -84,7 +177,7 @@ func (s *Session) send(req *http.Request, addr netip.AddrPort, h http.Handler) (
 		resp.Body.Close()
 		return nil, refuse(http.StatusBadGateway, "upstream response of %d bytes exceeds the limit of %d", resp.ContentLength, max)
 	}
-	resp.Header = cleanHeader(resp.Header)
+	resp.Header = cleanHeader(resp.Header, connection...)
 	resp.Body = &cappedBody{r: resp.Body, left: max}
 	return resp, nil
 }

@@ -119,7 +119,7 @@ func upstreamFailure(host string, err error) *refusal {
 func (s *Session) proxyWeb(w http.ResponseWriter, r *http.Request, start time.Time) {
 	ctx, cancel := s.requestContext(r.Context())
 	defer cancel()
-	ev := Event{Start: start, Method: r.Method, Host: r.URL.Host}
+	ev := requestEvent(r, start)
 	resp, ref := s.webRequest(ctx, r.Method, r.URL, r.Header, r.Body, r.ContentLength, &ev)
 	s.relay(w, resp, ref, &ev)
 }
@@ -204,7 +204,7 @@ func (s *Session) collect(resp *http.Response, ref *refusal, ev *Event) (*Respon
 // only, with the download capped; the broker cannot see inside, so the
 // tunnel is metered as one web request.
 func (s *Session) serveConnect(w http.ResponseWriter, r *http.Request) {
-	ev := Event{Start: time.Now(), Method: http.MethodConnect, Host: r.Host}
+	ev := requestEvent(r, time.Now())
 	upstream, ref := s.dialTunnel(r, &ev)
 	if ref != nil {
 		ev.Status, ev.Refused = ref.status, ref.reason

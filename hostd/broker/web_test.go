@@ -167,31 +167,50 @@ func TestResolverFailureFailsClosed(t *testing.T) {
 	}
 }
 
-func TestHopByHopHeadersAreStripped(t *testing.T) {
-	up := newUpstream(t, false, func(w http.ResponseWriter, r *http.Request) {
+// hopByHopUpstream answers with hop-by-hop headers, one of them named
+// in a Connection header that also says "close" (Go's client deletes
+// such a Connection header before the broker sees the response).
+func hopByHopUpstream(t *testing.T, tlsOn bool) *upstream {
+	return newUpstream(t, tlsOn, func(w http.ResponseWriter, r *http.Request) {
 		// Written raw: Go's server would replace this Connection header.
-		// (Go's client drops a response's Connection header when it holds
-		// "close", and the names it lists with it; nothing to test there.)
 		c, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		defer c.Close()
-		buf.WriteString("HTTP/1.1 200 OK\r\nConnection: X-Upstream-Hop\r\nX-Upstream-Hop: 1\r\n" +
+		buf.WriteString("HTTP/1.1 200 OK\r\nConnection: close, X-Upstream-Hop\r\nConnection: X-Other-Hop\r\n" +
+			"X-Upstream-Hop: 1\r\nX-Other-Hop: 1\r\nKeep-Alive: timeout=5\r\nUpgrade: h2c\r\n" +
 			"X-Upstream-End: kept\r\nContent-Length: 2\r\n\r\nok")
 		buf.Flush()
 	})
+}
+
+func checkUpstreamHopsStripped(t *testing.T, h http.Header) {
+	t.Helper()
+	for _, name := range []string{"X-Upstream-Hop", "X-Other-Hop", "Keep-Alive", "Upgrade"} {
+		if h.Get(name) != "" {
+			t.Errorf("the guest received %s: %q", name, h.Get(name))
+		}
+	}
+	if h.Get("X-Upstream-End") != "kept" {
+		t.Errorf("an end-to-end response header was dropped: %v", h)
+	}
+}
+
+func TestHopByHopHeadersAreStripped(t *testing.T) {
+	up := hopByHopUpstream(t, false)
 	p := startProxy(t, webConfig(newTestResolver("site.test", "127.0.0.1")), Grants{Web: true})
 	resp, _ := p.raw(t, "GET http://site.test:"+up.port()+"/ HTTP/1.1\r\nHost: site.test\r\n"+
-		"Connection: X-Guest-Hop, keep-alive\r\nX-Guest-Hop: 1\r\nKeep-Alive: 300\r\n"+
-		"Proxy-Authorization: Basic Zm9vOmJhcg==\r\nTE: trailers\r\nX-End-To-End: kept\r\n\r\n")
+		"Connection: close, X-Guest-Hop\r\nConnection: X-Guest-Other\r\nX-Guest-Hop: 1\r\nX-Guest-Other: 1\r\n"+
+		"Keep-Alive: 300\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\nTE: trailers\r\nUpgrade: websocket\r\n"+
+		"X-End-To-End: kept\r\n\r\n")
 	reqs, _ := up.seen()
 	if len(reqs) != 1 {
 		t.Fatalf("upstream saw %d requests", len(reqs))
 	}
 	h := reqs[0].Header
-	for _, name := range []string{"X-Guest-Hop", "Keep-Alive", "Proxy-Authorization", "Te"} {
+	for _, name := range []string{"X-Guest-Hop", "X-Guest-Other", "Keep-Alive", "Proxy-Authorization", "Te", "Upgrade"} {
 		if h.Get(name) != "" {
 			t.Errorf("upstream received %s: %q", name, h.Get(name))
 		}
@@ -199,9 +218,24 @@ func TestHopByHopHeadersAreStripped(t *testing.T) {
 	if h.Get("X-End-To-End") != "kept" {
 		t.Error("an end-to-end header was dropped")
 	}
-	if resp.Header.Get("X-Upstream-Hop") != "" || resp.Header.Get("X-Upstream-End") != "kept" {
-		t.Errorf("response headers %v", resp.Header)
+	checkUpstreamHopsStripped(t, resp.Header)
+}
+
+// The web_fetch tool over TLS, where the broker reads the response head
+// from inside the TLS connection.
+func TestHopByHopHeadersAreStrippedOverTLS(t *testing.T) {
+	up := hopByHopUpstream(t, true)
+	cfg := webConfig(newTestResolver("example.com", "127.0.0.1"))
+	cfg.UnsafeTestHooks.RootCAs = newCertPool(up)
+	p := startProxy(t, cfg, Grants{Web: true})
+	got, err := p.session.Fetch(context.Background(), Request{URL: "https://example.com:" + up.port() + "/"})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got.Status != 200 || string(got.Body) != "ok" {
+		t.Fatalf("fetch: %d %q", got.Status, got.Body)
+	}
+	checkUpstreamHopsStripped(t, got.Header)
 }
 
 func TestTraceAndOriginFormAreRefused(t *testing.T) {

@@ -12,6 +12,7 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -21,6 +22,8 @@ import (
 type Config struct {
 	StateDir string
 	Listen   string
+	// MetricsListen is where /metrics is served; empty: nowhere.
+	MetricsListen string
 	// VMM is "auto", "qemu" or "cloud-hypervisor".
 	VMM string
 
@@ -30,9 +33,23 @@ type Config struct {
 
 	MaxConcurrentRuns   int
 	MaxActiveRunsPerOrg int
-	MaxCostMicros       int64
-	MaxModelTurns       int
-	CommandTimeout      time.Duration
+
+	// Abuse limits of the API, per API key and per client address: run
+	// creations and other requests per second (in bursts of twice as
+	// many), event streams open at once.
+	LimitKeyRunCreations     int
+	LimitKeyReads            int
+	LimitKeyStreams          int
+	LimitAddressRunCreations int
+	LimitAddressReads        int
+	LimitAddressStreams      int
+	MaxCostMicros            int64
+	MaxModelTurns            int
+	CommandTimeout           time.Duration
+	// MaxRecordingBytes and MaxTimelineBytes cap what one run stores of
+	// its model turns and of its timeline's content.
+	MaxRecordingBytes int64
+	MaxTimelineBytes  int64
 
 	DefaultModel             string
 	ComputeMicrosPerVMSecond int64
@@ -83,9 +100,17 @@ func Defaults() Config {
 		// Each microVM needs about a core under TCG.
 		MaxConcurrentRuns:        max(1, runtime.NumCPU()),
 		MaxActiveRunsPerOrg:      10,
+		LimitKeyRunCreations:     10,
+		LimitKeyReads:            50,
+		LimitKeyStreams:          20,
+		LimitAddressRunCreations: 20,
+		LimitAddressReads:        100,
+		LimitAddressStreams:      40,
 		MaxCostMicros:            100_000_000,
 		MaxModelTurns:            20,
 		CommandTimeout:           60 * time.Second,
+		MaxRecordingBytes:        8 << 20,
+		MaxTimelineBytes:         4 << 20,
 		DefaultModel:             "openai/gpt-6-luna",
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
@@ -155,15 +180,24 @@ var Settings = []Setting{
 	{Name: ConfigFileSetting, Usage: "JSON configuration file; its keys are the setting names"},
 	{Name: "state-dir", Usage: "directory for images, VM state, the database and the secret key", field: func(c *Config) any { return &c.StateDir }},
 	{Name: "listen", Usage: "address the API serves on (host:port)", field: func(c *Config) any { return &c.Listen }},
+	{Name: "metrics-listen", Usage: "address /metrics is served on (host:port), apart from the API; keep it on loopback: the metrics sum up every organisation. Empty: not served", field: func(c *Config) any { return &c.MetricsListen }},
 	{Name: "vmm", Usage: "VMM: auto (Cloud Hypervisor with hardware KVM, else QEMU), qemu or cloud-hypervisor", field: func(c *Config) any { return &c.VMM }},
 	{Name: "retention", Usage: "how long a run's content (prompt, timeline, output, recording) is kept", field: func(c *Config) any { return &c.Retention }},
 	{Name: "janitor-interval", Usage: "how often expired content is purged", field: func(c *Config) any { return &c.JanitorInterval }},
 	{Name: "shutdown-timeout", Usage: "how long a graceful shutdown waits for requests", field: func(c *Config) any { return &c.ShutdownTimeout }},
 	{Name: "max-concurrent-runs", Usage: "runs executing at once (default: one per CPU)", field: func(c *Config) any { return &c.MaxConcurrentRuns }},
 	{Name: "max-active-runs-per-org", Usage: "queued plus running runs per organisation before 429", field: func(c *Config) any { return &c.MaxActiveRunsPerOrg }},
+	{Name: "limit-key-run-creations", Usage: "runs one API key may create per second, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitKeyRunCreations }},
+	{Name: "limit-key-reads", Usage: "other API requests one API key may make per second, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitKeyReads }},
+	{Name: "limit-key-streams", Usage: "event streams one API key may have open at once before 429", field: func(c *Config) any { return &c.LimitKeyStreams }},
+	{Name: "limit-address-run-creations", Usage: "run creations per second from one client address (IPv6: one /64), in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitAddressRunCreations }},
+	{Name: "limit-address-reads", Usage: "other requests per second from one client address (IPv6: one /64), with or without a valid key, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitAddressReads }},
+	{Name: "limit-address-streams", Usage: "event streams one client address (IPv6: one /64) may have open at once before 429", field: func(c *Config) any { return &c.LimitAddressStreams }},
 	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
 	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
+	{Name: "max-recording-bytes", Usage: "bytes one run's recording of its model turns may store; later turns are not recorded and the recording is marked truncated", field: func(c *Config) any { return &c.MaxRecordingBytes }},
+	{Name: "max-timeline-bytes", Usage: "bytes one run's timeline may store of commands, output and web calls; what passes it is left out, and a last entry says how much", field: func(c *Config) any { return &c.MaxTimelineBytes }},
 	{Name: "default-model", Usage: "model used when a request names none", field: func(c *Config) any { return &c.DefaultModel }},
 	{Name: "compute-micros-per-vm-second", Usage: "compute price in micro-dollars per VM-second", field: func(c *Config) any { return &c.ComputeMicrosPerVMSecond }},
 	{Name: "web-micros-per-request", Usage: "price of one brokered web request in micro-dollars", field: func(c *Config) any { return &c.WebMicrosPerRequest }},
@@ -199,8 +233,11 @@ func (c Config) Validate() error {
 	if c.StateDir == "" {
 		bad("state-dir", "must not be empty")
 	}
-	if c.Listen == "" {
-		bad("listen", "must not be empty")
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "want host:port, got %q", c.Listen)
+	}
+	if _, _, err := net.SplitHostPort(c.MetricsListen); c.MetricsListen != "" && err != nil {
+		bad("metrics-listen", "want host:port or nothing, got %q", c.MetricsListen)
 	}
 	switch c.VMM {
 	case VMMAuto, VMMQEMU, VMMCloudHypervisor:
@@ -220,7 +257,11 @@ func (c Config) Validate() error {
 		name string
 		v    int64
 	}{{"max-concurrent-runs", int64(c.MaxConcurrentRuns)}, {"max-active-runs-per-org", int64(c.MaxActiveRunsPerOrg)},
-		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)}} {
+		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)},
+		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes},
+		{"limit-key-run-creations", int64(c.LimitKeyRunCreations)}, {"limit-key-reads", int64(c.LimitKeyReads)},
+		{"limit-key-streams", int64(c.LimitKeyStreams)}, {"limit-address-run-creations", int64(c.LimitAddressRunCreations)},
+		{"limit-address-reads", int64(c.LimitAddressReads)}, {"limit-address-streams", int64(c.LimitAddressStreams)}} {
 		if n.v <= 0 {
 			bad(n.name, "must be positive, got %d", n.v)
 		}

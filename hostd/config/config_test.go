@@ -99,6 +99,8 @@ func TestBadValuesNameTheSettingAndSource(t *testing.T) {
 		{"bad flag", map[string]string{"janitor-interval": "1 hour"}, nil, "", []string{"janitor-interval", "flag --janitor-interval"}},
 		{"unknown vmm", nil, map[string]string{"EPHEMERAL_VMM": "firecracker"}, "", []string{"vmm", `"firecracker"`}},
 		{"negative", map[string]string{"max-cost-micros": "-1"}, nil, "", []string{"max-cost-micros", "positive"}},
+		{"metrics address without port", map[string]string{"metrics-listen": "127.0.0.1"}, nil, "", []string{"metrics-listen", "host:port"}},
+		{"no stream for a key", nil, map[string]string{"EPHEMERAL_LIMIT_KEY_STREAMS": "0"}, "", []string{"limit-key-streams", "positive"}},
 		{"short secret", nil, map[string]string{"EPHEMERAL_SECRET_KEY": "abcd"}, "", []string{"secret-key", "64 hex digits"}},
 		{"missing file", map[string]string{"config": "nowhere.json"}, nil, "", []string{"flag --config", "not exist"}},
 	}

@@ -90,25 +90,28 @@ func Parse(data []byte) (Example, error) {
 	case len(e.Request) == 0 || len(e.Run) == 0 || len(e.Events) == 0 || len(e.Recording) == 0:
 		return Example{}, fmt.Errorf("example %s: request, run, events and recording are required", e.Name)
 	}
-	if _, err := e.Exchanges(); err != nil {
+	rec, err := e.decodeRecording()
+	if err != nil {
 		return Example{}, fmt.Errorf("example %s: %w", e.Name, err)
+	}
+	if rec.Truncated != nil {
+		return Example{}, fmt.Errorf("example %s: its recording was cut at its size cap: it cannot be replayed", e.Name)
 	}
 	return e, nil
 }
 
-// Exchanges decodes the example's recording.
-func (e Example) Exchanges() ([]recording.Exchange, error) {
+func (e Example) decodeRecording() (recording.Recording, error) {
 	return recording.Decode(bytes.NewReader(e.Recording))
 }
 
 // NewReplay returns a fresh provider replaying the example's model turns:
 // one per run, since a replay serves each turn once.
 func (e Example) NewReplay() (*recording.Replay, error) {
-	exchanges, err := e.Exchanges()
+	rec, err := e.decodeRecording()
 	if err != nil {
 		return nil, err
 	}
-	return recording.NewReplay(exchanges)
+	return recording.NewReplay(rec)
 }
 
 // Model is the model the example's run used.

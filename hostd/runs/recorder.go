@@ -1,11 +1,9 @@
 package runs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -25,9 +23,21 @@ type Recorder struct {
 	queuedAt      time.Time
 	zeroRetention bool
 	meter         *ledger.Meter
+	recording     *recording.Writer
+	timeline      *timelineCap
 
 	mu   sync.Mutex
 	stop context.CancelCauseFunc
+}
+
+func newRecorder(s *Service, spec Spec, queuedAt time.Time) *Recorder {
+	r := &Recorder{
+		svc: s, runID: spec.RunID, queuedAt: queuedAt, zeroRetention: spec.ZeroDataRetention,
+		meter:    ledger.NewMeter(s.cfg.Rates, spec.MaxCostMicros),
+		timeline: &timelineCap{limit: s.cfg.MaxTimelineBytes},
+	}
+	r.recording = recording.NewWriter(recordingSink{r}, s.cfg.MaxRecordingBytes)
+	return r
 }
 
 // recordTimeout bounds each database write the Recorder makes.
@@ -43,15 +53,20 @@ func (r *Recorder) setStop(stop context.CancelCauseFunc) {
 }
 
 // Event appends a timeline entry whose message and data are the system's own
-// words (e.g. timeline.MicroVMReady), never user content.
+// words (e.g. timeline.MicroVMReady), never user content. Such entries are
+// few per run: they are stored even past the timeline's cap.
 func (r *Recorder) Event(category, message string, data map[string]any) error {
-	return r.append(store.Event{Category: category, Message: message, Data: mustJSON(data)})
+	e := store.Event{Category: category, Message: message, Data: mustJSON(data)}
+	r.timeline.charge(entrySize(e))
+	return r.append(e)
 }
 
 // ContentEvent appends an entry that carries user content, such as a shell
 // command and its output. Under zero data retention the message is withheld
 // and only the numbers and flags in data are kept; otherwise the entry is
-// purged with the run's content when its retention ends.
+// purged with the run's content when its retention ends. An entry that
+// would take the run's timeline past its cap is not stored (and is counted
+// in the entry that closes the run).
 func (r *Recorder) ContentEvent(category, message string, data map[string]any) error {
 	return r.ContentEventAt(time.Now(), category, message, data)
 }
@@ -60,34 +75,62 @@ func (r *Recorder) ContentEvent(category, message string, data map[string]any) e
 // a command's entry carries its result but is placed at its start, so the
 // parallel commands of one model turn share their t.
 func (r *Recorder) ContentEventAt(at time.Time, category, message string, data map[string]any) error {
-	_, err := r.StartContentEvent(at, category, message, data)
+	e := r.contentEntry(category, message, data)
+	if n := entrySize(e); !r.timeline.admit(n) {
+		r.timeline.drop(n)
+		return nil
+	}
+	_, err := r.appendAt(at, e)
 	return err
 }
 
 // StartContentEvent appends a content entry for something that started at
 // and is still going, and returns its sequence number for
 // AmendContentEvent: live readers see it at once and see it again when
-// amended.
+// amended. Past the timeline's cap nothing is stored and the sequence
+// number is 0; amending it counts the entry as left out.
 func (r *Recorder) StartContentEvent(at time.Time, category, message string, data map[string]any) (seq int64, err error) {
-	if r.zeroRetention {
-		message = Withheld
+	e := r.contentEntry(category, message, data)
+	if !r.timeline.admit(entrySize(e)) {
+		return 0, nil
 	}
-	e, err := r.appendAt(at, store.Event{Category: category, Message: message, Data: mustJSON(r.retained(data)), Content: true})
+	e, err = r.appendAt(at, e)
 	return e.Seq, err
 }
 
 // AmendContentEvent replaces the data of the run's entry seq, appended by
 // StartContentEvent, with data under the same rules: under zero data
 // retention only numbers, flags and timeline.State values are kept, and the
-// entry is purged with the run's content.
+// entry is purged with the run's content. Data that would take the
+// timeline past its cap is stored without its content (the same values
+// zero retention keeps), marked "content_dropped".
 func (r *Recorder) AmendContentEvent(seq int64, data map[string]any) error {
+	stored := mustJSON(r.retained(data))
+	if seq == 0 {
+		r.timeline.drop(int64(len(stored)))
+		return nil
+	}
+	if full := int64(len(stored)); !r.timeline.admit(full) {
+		kept := contentFree(data)
+		kept["content_dropped"] = true
+		stored = mustJSON(kept)
+		r.timeline.cutShort(full, int64(len(stored)))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
-	if _, err := r.svc.store.AmendEventData(ctx, r.runID, seq, mustJSON(r.retained(data)), true); err != nil {
+	if _, err := r.svc.store.AmendEventData(ctx, r.runID, seq, stored, true); err != nil {
 		return err
 	}
 	r.svc.hub.Notify(r.runID)
 	return nil
+}
+
+// contentEntry is a content entry as it may be stored.
+func (r *Recorder) contentEntry(category, message string, data map[string]any) store.Event {
+	if r.zeroRetention {
+		message = Withheld
+	}
+	return store.Event{Category: category, Message: message, Data: mustJSON(r.retained(data)), Content: true}
 }
 
 // retained is what of a content entry's data may be stored: everything,
@@ -97,6 +140,12 @@ func (r *Recorder) retained(data map[string]any) map[string]any {
 	if !r.zeroRetention {
 		return data
 	}
+	return contentFree(data)
+}
+
+// contentFree keeps of data only the values that cannot carry user
+// content: numbers, flags and timeline states.
+func contentFree(data map[string]any) map[string]any {
 	kept := map[string]any{}
 	for k, v := range data {
 		switch v.(type) {
@@ -141,22 +190,6 @@ func (r *Recorder) Charge(u ledger.Usage) error {
 		r.mu.Unlock()
 	}
 	return errors.Join(meterErr, persistErr)
-}
-
-// SaveRecording stores the run's model exchanges with the run, where they
-// are purged with the rest of its content; call it before Execute returns.
-// Under zero data retention it stores nothing.
-func (r *Recorder) SaveRecording(exchanges []recording.Exchange) error {
-	if r.zeroRetention || len(exchanges) == 0 {
-		return nil
-	}
-	var doc bytes.Buffer
-	if err := recording.Encode(&doc, exchanges); err != nil {
-		return fmt.Errorf("runs: save recording of %s: %w", r.runID, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	defer cancel()
-	return r.svc.store.SaveRecording(ctx, r.runID, doc.Bytes())
 }
 
 // Remaining is what the run may still spend, in micros: check it before

@@ -51,7 +51,8 @@ func TestRecorderStoresTheRecordingWithTheRun(t *testing.T) {
 	}}
 	svc := New(st, hub, Config{Rates: ledger.DefaultRates, Retention: time.Nanosecond,
 		Executor: executorFunc(func(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
-			return Result{Output: "done"}, rec.SaveRecording(exchanges)
+			rec.Recording().Record(exchanges[0])
+			return Result{Output: "done"}, rec.Recording().Err()
 		})})
 	t.Cleanup(func() {
 		stopped, stop := context.WithCancel(ctx)
@@ -73,22 +74,65 @@ func TestRecorderStoresTheRecordingWithTheRun(t *testing.T) {
 	}
 
 	kept := submit(false)
-	doc, err := st.Recording(ctx, orgID, kept.ID)
+	doc, err := svc.Recording(ctx, orgID, kept.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := recording.Decode(bytes.NewReader(doc))
-	if err != nil || len(got) != 1 || got[0].Request.Messages[0].Text != "secret plan" || got[0].Response.Text != "the plan is done" {
+	if err != nil || len(got.Exchanges) != 1 || got.Exchanges[0].Request.Messages[0].Text != "secret plan" || got.Exchanges[0].Response.Text != "the plan is done" {
 		t.Fatalf("stored recording %+v: %v", got, err)
 	}
 
 	withheld := submit(true)
-	if _, err := st.Recording(ctx, orgID, withheld.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := svc.Recording(ctx, orgID, withheld.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("zero-retention run's recording: %v", err)
 	}
 
-	svc.sweep(ctx) // retention of 1 ns: both runs have expired
-	if _, err := st.Recording(ctx, orgID, kept.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := svc.Sweep(ctx); err != nil { // retention of 1 ns: both runs have expired
+		t.Fatal(err)
+	}
+	if _, err := svc.Recording(ctx, orgID, kept.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("recording after the janitor's sweep: %v", err)
+	}
+}
+
+// Each turn is stored as it completes: a running run's recording already
+// holds its turns so far, so a daemon crash would not lose them.
+func TestRecordingIsWrittenAsTheRunGoes(t *testing.T) {
+	ctx := context.Background()
+	st, orgID := openStore(t)
+	hub := timeline.NewHub()
+	recorded, finish := make(chan struct{}), make(chan struct{})
+	svc := New(st, hub, Config{Rates: ledger.DefaultRates,
+		Executor: executorFunc(func(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
+			rec.Recording().Record(recording.Exchange{Turn: 1,
+				Request:  model.Request{Model: "m", Messages: []model.Message{{Role: model.RoleUser, Text: "first turn"}}},
+				Response: &model.Response{ToolCalls: []model.ToolCall{{ID: "c1", Name: "shell", Arguments: "{}"}}, StopReason: model.StopToolUse}})
+			close(recorded)
+			<-finish
+			return Result{Output: "done"}, rec.Recording().Err()
+		})})
+	t.Cleanup(func() {
+		stopped, stop := context.WithCancel(ctx)
+		stop()
+		svc.Serve(stopped, time.Hour)
+	})
+	run, _, err := svc.Submit(ctx, Submission{Spec: Spec{OrgID: orgID, Prompt: "p", Model: "m", Timeout: time.Minute, MaxCostMicros: 1000},
+		Canonical: []byte(`{"prompt":"p"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-recorded
+	doc, err := svc.Recording(ctx, orgID, run.ID)
+	close(finish)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := recording.Decode(bytes.NewReader(doc))
+	if err != nil || len(rec.Exchanges) != 1 || rec.Exchanges[0].Request.Messages[0].Text != "first turn" {
+		t.Fatalf("recording of the running run: %+v, %v", rec, err)
+	}
+	if r := waitEnded(t, st, hub, orgID, run.ID); r.Status != store.Succeeded {
+		t.Fatalf("run %s: %s", r.Status, r.ErrorMessage)
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,11 +81,24 @@ type Config struct {
 	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
 	MaxActivePerOrg int           // queued+running runs per organisation
 	Retention       time.Duration // how long run content is kept after the run ends
+	// MaxRecordingBytes caps one run's recording of its model turns
+	// (0: DefaultMaxRecordingBytes); the turns after it are not recorded.
+	MaxRecordingBytes int64
+	// MaxTimelineBytes caps what one run's content entries (commands and
+	// their output, web calls) store on its timeline (0:
+	// DefaultMaxTimelineBytes); a last entry says what was left out.
+	MaxTimelineBytes int64
 	// Reconcile is called at every start-up with the ids (maybe none) of runs a dead daemon
 	// left active, after their money is settled, to remove their sandboxes.
 	Reconcile func(ctx context.Context, runIDs []string) error
 	Logger    *slog.Logger
 }
+
+// Defaults of the size caps in Config.
+const (
+	DefaultMaxRecordingBytes = 8 << 20
+	DefaultMaxTimelineBytes  = 4 << 20
+)
 
 // DefaultMaxConcurrent derives the global cap from the machine: one run per
 // CPU, since each microVM needs roughly a core under TCG.
@@ -142,6 +157,12 @@ func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.MaxRecordingBytes <= 0 {
+		cfg.MaxRecordingBytes = DefaultMaxRecordingBytes
+	}
+	if cfg.MaxTimelineBytes <= 0 {
+		cfg.MaxTimelineBytes = DefaultMaxTimelineBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -256,7 +277,9 @@ func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
 	tick := time.NewTicker(janitorEvery)
 	defer tick.Stop()
 	for {
-		s.sweep(ctx)
+		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("retention janitor", "err", err)
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -274,19 +297,14 @@ func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
 // idempotencyWindow is how long an Idempotency-Key is remembered.
 const idempotencyWindow = 24 * time.Hour
 
-func (s *Service) sweep(ctx context.Context) {
+// Sweep is one round of the retention janitor, which Serve runs every
+// janitor interval: it purges the content of runs whose retention ended
+// and gives the space back, forgets old idempotency keys and drops expired
+// zero-retention outputs from memory. It returns how many runs it purged.
+// The store does the work in short transactions, paced, so requests keep
+// being served meanwhile.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
 	now := time.Now()
-	n, err := s.store.PurgeExpired(ctx, now, idempotencyWindow)
-	if err != nil {
-		s.log.Error("retention janitor", "err", err)
-		return
-	}
-	if n > 0 {
-		if err := s.store.Checkpoint(ctx); err != nil {
-			s.log.Error("retention janitor", "err", err)
-		}
-		s.log.Info("retention janitor purged runs", "count", n)
-	}
 	s.mu.Lock()
 	for id, v := range s.volatile {
 		if now.After(v.expires) {
@@ -294,13 +312,26 @@ func (s *Service) sweep(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	n, err := s.store.PurgeExpired(ctx, now, idempotencyWindow)
+	if err != nil {
+		return n, fmt.Errorf("runs: purge expired runs: %w", err)
+	}
+	reclaimed, err := s.store.ReclaimSpace(ctx)
+	if err != nil {
+		return n, fmt.Errorf("runs: reclaim space: %w", err)
+	}
+	if n > 0 || reclaimed > 0 {
+		// Old WAL frames still hold the purged content until a checkpoint.
+		if err := s.store.Checkpoint(ctx); err != nil {
+			return n, fmt.Errorf("runs: %w", err)
+		}
+		s.log.Info("retention janitor purged runs", "count", n, "pages_reclaimed", reclaimed)
+	}
+	return n, nil
 }
 
 func (s *Service) execute(ctx context.Context, spec Spec, queuedAt time.Time) {
-	rec := &Recorder{
-		svc: s, runID: spec.RunID, queuedAt: queuedAt, zeroRetention: spec.ZeroDataRetention,
-		meter: ledger.NewMeter(s.cfg.Rates, spec.MaxCostMicros),
-	}
+	rec := newRecorder(s, spec, queuedAt)
 	var res Result
 	var execErr error
 	if err := s.slots.Acquire(ctx, 1); err != nil {
@@ -393,14 +424,16 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 		}
 	}
 	t := now.Sub(rec.queuedAt)
+	// What the timeline cap left out is said last before the outcome.
+	leftOut := rec.timeline.leftOut(t)
 	_, err := s.store.FinishRun(context.WithoutCancel(ctx), spec.RunID, f, func(charged, released int64) []store.Event {
-		return []store.Event{
+		return slices.Concat(leftOut, []store.Event{
 			{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
 				"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
 			{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
 				"charged_micros": charged, "released_micros": released,
 				"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
-		}
+		})
 	})
 	if err != nil {
 		s.log.Error("finish run", "run", spec.RunID, "err", err)
@@ -410,8 +443,10 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 
 // Recover ends the runs a dead daemon left queued or running: each becomes
 // failed with its metered cost charged and the rest of its hold released,
-// then Config.Reconcile removes their sandboxes — and whatever else dead
-// processes left, so it runs even when no run was active.
+// and the entries of commands that were still running are closed as
+// interrupted; then Config.Reconcile removes their sandboxes — and
+// whatever else dead processes left, so it runs even when no run was
+// active.
 func (s *Service) Recover(ctx context.Context) ([]string, error) {
 	left, err := s.store.ActiveRuns(ctx)
 	if err != nil {
@@ -419,12 +454,18 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, r := range left {
+		// The state directory is locked: no other daemon writes this
+		// run's timeline between this read and FinishRun.
+		interrupted, err := s.interruptedEntries(ctx, r.ID)
+		if err != nil {
+			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
+		}
 		now := time.Now()
 		const msg = "the daemon stopped while this run was active (crash or kill); it was ended at restart and its metered cost charged"
 		t := now.Sub(r.CreatedAt)
 		f := store.Finish{Status: store.Failed, ErrorCode: "daemon_restarted", ErrorMessage: msg,
-			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention)}
-		_, err := s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
+			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention), Amend: interrupted}
+		_, err = s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
 			return []store.Event{
 				{T: t, Category: timeline.Failed, Message: msg, Data: mustJSON(map[string]any{"status": store.Failed})},
 				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
@@ -443,4 +484,38 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// interruptedMessage is the error of a command entry closed by recovery.
+const interruptedMessage = "the daemon stopped while this command ran; its result is unknown"
+
+// interruptedEntries finds the run's timeline entries still marked
+// timeline.Running and returns each one's data closed as
+// timeline.Interrupted, the rest of it kept as it was.
+func (s *Service) interruptedEntries(ctx context.Context, runID string) ([]store.Amendment, error) {
+	var out []store.Amendment
+	for after := int64(0); ; {
+		list, err := s.store.Events(ctx, runID, after, followPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range list {
+			var fields map[string]json.RawMessage
+			var state timeline.State
+			if json.Unmarshal(e.Data, &fields) != nil || json.Unmarshal(fields["state"], &state) != nil || state != timeline.Running {
+				continue
+			}
+			fields["state"], _ = json.Marshal(timeline.Interrupted)
+			fields["error"], _ = json.Marshal(interruptedMessage)
+			data, err := json.Marshal(fields)
+			if err != nil {
+				return nil, fmt.Errorf("close entry %d: %w", e.Seq, err)
+			}
+			out = append(out, store.Amendment{Seq: e.Seq, Data: data})
+		}
+		if len(list) < followPage {
+			return out, nil
+		}
+		after = list[len(list)-1].Seq
+	}
 }

@@ -2,8 +2,11 @@ package runs
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +109,135 @@ func TestRecoverSettlesRunsLeftActive(t *testing.T) {
 	}
 }
 
+// A daemon killed mid-command leaves the command's entry "running"; the
+// next daemon's Recover closes it as interrupted, keeping what it said,
+// together with the run's end, so the timeline shows no command running
+// in a run that ended.
+func TestRecoverClosesCommandsLeftRunning(t *testing.T) {
+	ctx := context.Background()
+	st, orgID := openStore(t)
+	run := queue(t, st, orgID, "")
+	if ok, err := st.MarkRunning(ctx, run.ID, time.Now()); !ok || err != nil {
+		t.Fatalf("mark running: %v %v", ok, err)
+	}
+	appendEvent := func(e store.Event) store.Event {
+		t.Helper()
+		e, err := st.AppendEvent(ctx, run.ID, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	appendEvent(store.Event{Category: timeline.MicroVM, Message: timeline.MicroVMReady})
+	done := appendEvent(store.Event{Category: timeline.Shell, Message: "$ true", Content: true,
+		Data: []byte(`{"command":"true","state":"running"}`)})
+	if _, err := st.AmendEventData(ctx, run.ID, done.Seq, []byte(`{"command":"true","state":"done","exit_code":0,"duration_ms":3}`), true); err != nil {
+		t.Fatal(err)
+	}
+	sleeping := appendEvent(store.Event{Category: timeline.Shell, Message: "$ sleep 600", Content: true,
+		Data: []byte(`{"command":"sleep 600","state":"running"}`)})
+	// Under zero data retention only the state is kept.
+	withheld := appendEvent(store.Event{Category: timeline.Shell, Message: Withheld, Content: true,
+		Data: []byte(`{"state":"running"}`)})
+	before, err := st.Events(ctx, run.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastRev := before[len(before)-1].Rev
+
+	svc := New(st, timeline.NewHub(), Config{Rates: ledger.DefaultRates,
+		Executor: executorFunc(func(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
+			t.Error("recovery executed a run")
+			return Result{}, nil
+		})})
+	if ids, err := svc.Recover(ctx); err != nil || !slices.Equal(ids, []string{run.ID}) {
+		t.Fatalf("recover: %v %v", ids, err)
+	}
+	after, err := st.Events(ctx, run.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySeq := map[int64]store.Event{}
+	for _, e := range after {
+		bySeq[e.Seq] = e
+	}
+	type entry struct {
+		Command  string         `json:"command"`
+		State    timeline.State `json:"state"`
+		Error    string         `json:"error"`
+		ExitCode *int           `json:"exit_code"`
+	}
+	read := func(e store.Event) entry {
+		t.Helper()
+		var d entry
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("entry %d: %v: %s", e.Seq, err, e.Data)
+		}
+		return d
+	}
+	for _, e := range after {
+		if e.Data == nil {
+			continue
+		}
+		if d := read(e); d.State == timeline.Running {
+			t.Errorf("entry %d %q is still running after recovery: %s", e.Seq, e.Message, e.Data)
+		}
+	}
+	if d := read(bySeq[sleeping.Seq]); d.State != timeline.Interrupted || d.Command != "sleep 600" || !strings.Contains(d.Error, "daemon stopped") ||
+		!bySeq[sleeping.Seq].Content || bySeq[sleeping.Seq].Message != "$ sleep 600" {
+		t.Errorf("interrupted entry: %+v %s", bySeq[sleeping.Seq], bySeq[sleeping.Seq].Data)
+	}
+	if d := read(bySeq[withheld.Seq]); d.State != timeline.Interrupted || d.Command != "" {
+		t.Errorf("interrupted withheld entry: %s", bySeq[withheld.Seq].Data)
+	}
+	if d := read(bySeq[done.Seq]); d.State != timeline.Done || d.ExitCode == nil || *d.ExitCode != 0 || bySeq[done.Seq].Rev > lastRev {
+		t.Errorf("a finished command's entry was touched: %+v %s", bySeq[done.Seq], bySeq[done.Seq].Data)
+	}
+	// A live reader that had everything before the restart gets the closed
+	// entries, then the run's end.
+	since, err := st.EventsSince(ctx, run.ID, lastRev, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range since {
+		got = append(got, e.Category+": "+e.Message)
+	}
+	if want := []string{"Shell: $ sleep 600", "Shell: " + Withheld, "Failed: ", "Worker destroyed: "}; len(got) != len(want) ||
+		got[0] != want[0] || got[1] != want[1] || !strings.HasPrefix(got[2], want[2]) || !strings.HasPrefix(got[3], want[3]) {
+		t.Fatalf("events since revision %d: %q", lastRev, got)
+	}
+}
+
+// The amendments of a run's end are made in its transaction: a run that is
+// not active is neither finished nor amended.
+func TestFinishRunAmendsOnlyWhenItEndsTheRun(t *testing.T) {
+	ctx := context.Background()
+	st, orgID := openStore(t)
+	run := queue(t, st, orgID, "")
+	open, err := st.AppendEvent(ctx, run.ID, store.Event{Category: timeline.Shell, Message: "$ sleep 1", Data: []byte(`{"state":"running"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := store.Finish{Status: store.Failed, At: time.Now(), RetentionUntil: time.Now(),
+		Amend: []store.Amendment{{Seq: open.Seq, Data: []byte(`{"state":"interrupted"}`)}}}
+	noEvents := func(int64, int64) []store.Event { return nil }
+	if _, err := st.FinishRun(ctx, run.ID, f, noEvents); err != nil {
+		t.Fatal(err)
+	}
+	f.Amend[0].Data = []byte(`{"state":"amended twice"}`)
+	if _, err := st.FinishRun(ctx, run.ID, f, noEvents); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("finishing an ended run: %v", err)
+	}
+	events, err := st.Events(ctx, run.ID, open.Seq-1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(events[0].Data) != `{"state":"interrupted"}` {
+		t.Fatalf("entry after a refused finish: %s", events[0].Data)
+	}
+}
+
 func TestJanitorPurgesExpiredContentAndForgetsOldKeys(t *testing.T) {
 	ctx := context.Background()
 	st, orgID := openStore(t)
@@ -162,18 +294,26 @@ func TestServiceSweepUsesConfiguredRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	serveCtx, stop := context.WithCancel(ctx)
-	stop()
-	svc.Serve(serveCtx, time.Hour) // one sweep, then shutdown waits for the run
+	// Wait for the run to be settled: a shutdown before that would end it
+	// as failed.
 	r, err := st.GetRun(ctx, orgID, run.ID)
+	for err == nil && !r.Status.Terminal() {
+		time.Sleep(5 * time.Millisecond)
+		r, err = st.GetRun(ctx, orgID, run.ID)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Status != store.Succeeded {
 		t.Fatalf("status %s", r.Status)
 	}
-	// The run may have finished after the sweep; sweep again to be sure.
-	svc.sweep(ctx)
+	// Retention is kept in milliseconds: let the clock pass the run's.
+	for !time.Now().After(r.RetentionUntil.Add(time.Millisecond)) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r, _ = st.GetRun(ctx, orgID, run.ID)
 	if r.PurgedAt == nil || r.Output != nil {
 		t.Fatalf("not purged with a 1 ns retention: %+v", r)

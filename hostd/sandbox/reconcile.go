@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
+	"github.com/ephemeralhq/ephemeral/internal/flock"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu"
@@ -17,10 +18,11 @@ import (
 // for every sandbox directory whose lock nobody holds (its owner died, for
 // example by SIGKILL), it kills the VMM if it still runs and removes the
 // directory; then every network namespace of ours whose owner is gone.
-// Sandboxes of live processes, this one included, are untouched.
+// Sandboxes of live processes, this one included, are untouched, and so is
+// anything not named by a sandbox id: it is not a Manager's.
 // Running it twice is harmless. It returns the ids it swept.
 func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
-	all, err := m.lockAll(syscall.LOCK_EX)
+	all, err := m.lockAll(flock.Exclusive)
 	if err != nil {
 		return nil, err
 	}
@@ -35,12 +37,12 @@ func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
 		if ctx.Err() != nil {
 			return swept, ctx.Err()
 		}
-		if !e.IsDir() {
+		if !e.IsDir() || sandboxid.Validate(e.Name()) != nil {
 			continue
 		}
 		dir := filepath.Join(m.dir, e.Name())
 		lock, err := lockDir(dir)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, flock.ErrHeld) {
 			continue // a live process owns it
 		}
 		if err != nil {
@@ -62,9 +64,9 @@ func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
 	}
 	// Namespaces go after the VMMs holding their taps. Those of live
 	// sandboxes, in this or any other process, are protected by their
-	// owners' locks; namespaces with ids a Manager never makes are not ours
-	// to judge.
-	namespaces, err := netns.Reconcile(ctx, func(id string) bool { return !isID(id) })
+	// owners' locks, and this manager's own by isLive as well, also while
+	// Create builds one.
+	namespaces, err := netns.Reconcile(ctx, m.isLive)
 	for _, id := range namespaces {
 		m.logf("sandbox: reconciled leftover network namespace of %s", id)
 	}

@@ -7,8 +7,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +16,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
+	"github.com/ephemeralhq/ephemeral/internal/flock"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
@@ -29,7 +29,8 @@ import (
 
 // Options shape one sandbox.
 type Options struct {
-	// VCPUs defaults to 1, MemoryMiB to 512.
+	// VCPUs defaults to 1, MemoryMiB to 512; both must be within the
+	// bounds of vmm.Config.
 	VCPUs     int
 	MemoryMiB int
 	// Network is the sandbox's firewall; the zero value is netns.Sealed:
@@ -47,12 +48,6 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if out.MemoryMiB == 0 {
 		out.MemoryMiB = 512
-	}
-	switch {
-	case out.VCPUs < 1 || out.VCPUs > 16:
-		return out, fmt.Errorf("sandbox: vcpus %d out of range 1..16", out.VCPUs)
-	case out.MemoryMiB < 128 || out.MemoryMiB > 16384:
-		return out, fmt.Errorf("sandbox: memory %d MiB out of range 128..16384", out.MemoryMiB)
 	}
 	if err := out.Network.Validate(); err != nil {
 		return out, fmt.Errorf("sandbox: %w", err)
@@ -199,48 +194,15 @@ var ErrDestroyed = errors.New("sandbox destroyed")
 
 // Create boots a sandbox and waits until its guest init is serving. On
 // error, or when ctx ends first, everything it had started is torn down.
-func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err error) {
-	opts, err = opts.withDefaults()
+func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
+	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	id, err := newID()
-	if err != nil {
-		return nil, err
-	}
-	var undo undoStack
-	defer func() {
-		if err != nil {
-			undo.run()
-		}
-	}()
-
+	id := sandboxid.New()
 	dir := filepath.Join(m.dir, id)
-	lock, err := m.makeOwnedDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	undo.push(func() { os.RemoveAll(dir); lock.Close() })
-
-	if err := m.register(id, nil); err != nil {
-		return nil, err
-	}
-	undo.push(func() { m.unregister(id) })
-
-	netBegan := time.Now()
-	network, err := netns.Create(ctx, id, opts.Network)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: network: %w", err)
-	}
-	netTook := time.Since(netBegan)
-	undo.push(func() { network.Close() })
-
-	vmDir := filepath.Join(dir, "vm")
-	if err := os.Mkdir(vmDir, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
-	}
-	machine, err := m.driver.Start(ctx, vmm.Config{
+	vmCfg := vmm.Config{
 		ID:        id,
 		Kernel:    m.image.Kernel,
 		Initrd:    m.image.Initrd,
@@ -248,20 +210,49 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 		Cmdline:   guestCmdline,
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
-		Dir:       vmDir,
-		Tap:       network.Tap(),
-		MAC:       network.MAC(),
-	})
+		Dir:       filepath.Join(dir, "vm"),
+	}
+	// Checked before anything is built; the tap joins once it exists.
+	if err := vmCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	var undo cleanup.Stack
+	defer undo.Run()
+
+	lock, err := m.makeOwnedDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(func() { os.RemoveAll(dir); lock.Close() })
+
+	if err := m.register(id, nil); err != nil {
+		return nil, err
+	}
+	undo.Add(func() { m.unregister(id) })
+
+	netBegan := time.Now()
+	network, err := netns.Create(ctx, id, opts.Network)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: network: %w", err)
+	}
+	netTook := time.Since(netBegan)
+	undo.AddErr(network.Close)
+
+	if err := os.Mkdir(vmCfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
+	}
+	vmCfg.Tap, vmCfg.MAC = network.Tap(), network.MAC()
+	machine, err := m.driver.Start(ctx, vmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", m.driver.Name(), err)
 	}
-	undo.push(func() { machine.Close() })
+	undo.AddErr(machine.Close)
 
 	client, hello, err := connect(ctx, machine)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to guest: %w\nguest console:\n%s", err, machine.Console())
 	}
-	undo.push(func() { client.Close() })
+	undo.AddErr(client.Close)
 	if err := client.ConfigureNetwork(ctx, network.GuestConfig()); err != nil {
 		return nil, fmt.Errorf("sandbox: configure guest network: %w", err)
 	}
@@ -288,7 +279,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (_ *Sandbox, err err
 	if err := m.register(id, sb); err != nil {
 		return nil, err
 	}
-	undo.release()
+	undo.Release()
 	return sb, nil
 }
 
@@ -482,21 +473,13 @@ func (m *Manager) unregister(id string) {
 	delete(m.live, id)
 }
 
-// idBytes is the random part of a sandbox id; ids are its hex encoding.
-const idBytes = 6
-
-func newID() (string, error) {
-	var b [idBytes]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("sandbox: id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// isID reports whether id has the shape newID gives.
-func isID(id string) bool {
-	b, err := hex.DecodeString(id)
-	return err == nil && len(b) == idBytes && id == hex.EncodeToString(b)
+// isLive reports whether id is a sandbox of this manager, running or being
+// created.
+func (m *Manager) isLive(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.live[id]
+	return ok
 }
 
 // makeOwnedDir creates dir with its ownership lock held. The lock marks the
@@ -506,7 +489,7 @@ func isID(id string) bool {
 // here and exclusive in Reconcile, keeps a sweep from taking the lock of a
 // directory between its mkdir and its owner's flock.
 func (m *Manager) makeOwnedDir(dir string) (*os.File, error) {
-	all, err := m.lockAll(syscall.LOCK_SH)
+	all, err := m.lockAll(flock.Shared)
 	if err != nil {
 		return nil, err
 	}
@@ -522,42 +505,23 @@ func (m *Manager) makeOwnedDir(dir string) (*os.File, error) {
 	return lock, nil
 }
 
-// lockAll takes the manager-wide lock in mode (LOCK_SH or LOCK_EX),
-// blocking; closing the file releases it.
-func (m *Manager) lockAll(mode int) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(m.dir, ".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+// lockAll takes the manager-wide lock in mode, waiting for it; closing the
+// file releases it.
+func (m *Manager) lockAll(mode flock.Mode) (*os.File, error) {
+	f, err := flock.Lock(filepath.Join(m.dir, ".lock"), mode)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: state lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), mode); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sandbox: state lock: %w", os.NewSyscallError("flock", err))
+		return nil, fmt.Errorf("sandbox: state %w", err)
 	}
 	return f, nil
 }
 
-// lockDir takes an exclusive flock on dir/lock for the life of the returned
-// file.
+// lockDir takes the exclusive ownership lock of the sandbox directory dir
+// for the life of the returned file, without waiting: while a live owner
+// holds it, the error wraps flock.ErrHeld.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	f, err := flock.TryLock(filepath.Join(dir, "lock"), flock.Exclusive)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sandbox: lock %s: %w", dir, os.NewSyscallError("flock", err))
+		return nil, fmt.Errorf("sandbox: ownership %w", err)
 	}
 	return f, nil
-}
-
-// undoStack runs cleanup steps in reverse unless released.
-type undoStack struct{ steps []func() }
-
-func (u *undoStack) push(f func()) { u.steps = append(u.steps, f) }
-func (u *undoStack) release()      { u.steps = nil }
-func (u *undoStack) run() {
-	for i := len(u.steps) - 1; i >= 0; i-- {
-		u.steps[i]()
-	}
-	u.steps = nil
 }

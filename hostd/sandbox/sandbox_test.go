@@ -1,34 +1,20 @@
 package sandbox
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/ephemeralhq/ephemeral/guest/image"
 	"github.com/ephemeralhq/ephemeral/netns"
 )
-
-func TestIDShape(t *testing.T) {
-	id, err := newID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !isID(id) {
-		t.Errorf("newID gave %q, which isID refuses", id)
-	}
-	for _, bad := range []string{"", "test-0a1b2c3d4e5f", "0A1B2C3D4E5F", "0a1b2c3d4e5", "0a1b2c3d4e5f00", "0a1b2c3d4e5g"} {
-		if isID(bad) {
-			t.Errorf("isID(%q) = true", bad)
-		}
-	}
-}
 
 func TestOptionsValidation(t *testing.T) {
 	for _, tc := range []struct {
 		opts Options
 		want string
 	}{
-		{Options{VCPUs: 17}, "vcpus 17 out of range"},
-		{Options{MemoryMiB: 64}, "memory 64 MiB out of range"},
 		{Options{Network: netns.Config{Mode: netns.Broker}}, "broker config without a port"},
 		{Options{Network: netns.Config{Mode: netns.Sealed, BrokerPort: 80}}, "sealed config with broker port"},
 	} {
@@ -40,5 +26,34 @@ func TestOptionsValidation(t *testing.T) {
 	got, err := (&Options{}).withDefaults()
 	if err != nil || got.VCPUs != 1 || got.MemoryMiB != 512 || got.Network.Mode != netns.Sealed {
 		t.Errorf("defaults: %+v, %v", got, err)
+	}
+}
+
+// Create checks the machine it would boot, by vmm.Config's bounds, before
+// it builds anything.
+func TestCreateRejectsBadResourcesFirst(t *testing.T) {
+	m := &Manager{
+		image: &image.Image{Kernel: "/images/vmlinuz", Initrd: "/images/initrd", RootDisk: "/images/root.ext4"},
+		dir:   t.TempDir(),
+		live:  make(map[string]*Sandbox),
+	}
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{VCPUs: 17}, "vcpus 17 out of range"},
+		{Options{VCPUs: -1}, "vcpus -1 out of range"},
+		{Options{MemoryMiB: 64}, "memory 64 MiB out of range"},
+	} {
+		sb, err := m.Create(context.Background(), tc.opts)
+		if err == nil {
+			sb.Destroy()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Create(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+	if entries, err := os.ReadDir(m.dir); err != nil || len(entries) != 0 {
+		t.Errorf("the rejected sandboxes left %v in their state directory (%v)", entries, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package seal encrypts small secrets at rest (connection headers) with
 // AES-256-GCM under one daemon-wide key. The key is configured (64 hex
 // digits) or kept in the file secret.key in the state directory, created
-// with mode 0600 on first use. Every sealed value
+// with mode 0600 on first use (and tightened to it, should it be found
+// readable by others). Every sealed value
 // is bound to a caller-chosen context (for a connection: its organisation
 // and name), so a sealed blob copied onto another row does not open.
 package seal
@@ -88,8 +89,12 @@ func loadKeyFile(path string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal: key file: %w", err)
 	}
+	// A key file that a copy or an older install left readable by others
+	// is made the owner's alone before it is used again.
 	if info.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("seal: key file %s is readable by others (mode %v); chmod 600 it", path, info.Mode().Perm())
+		if err := os.Chmod(path, info.Mode().Perm()&0o700); err != nil {
+			return nil, fmt.Errorf("seal: make key file %s private: %w", path, err)
+		}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -36,14 +37,30 @@ func TestKeyFileIsCreatedPrivateAndReused(t *testing.T) {
 	}
 }
 
-func TestKeyFileReadableByOthersIsRefused(t *testing.T) {
+func TestKeyFileReadableByOthersIsMadePrivate(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
 	dir := t.TempDir()
-	if _, err := LoadKey(dir, ""); err != nil {
+	k1, err := LoadKey(dir, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(filepath.Join(dir, KeyFile), 0o644)
-	if _, err := LoadKey(dir, ""); err == nil {
-		t.Fatal("a world-readable key file was accepted")
+	path := filepath.Join(dir, KeyFile)
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("created under umask 0: %v %v", info.Mode(), err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := LoadKey(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("after loading a key file others could read: %v %v", info.Mode(), err)
+	}
+	if got, err := k2.Open(k1.Seal([]byte("x"), "c"), "c"); err != nil || string(got) != "x" {
+		t.Fatalf("the tightened file holds another key: %v", err)
 	}
 }
 

@@ -54,18 +54,23 @@ func (s *Store) AmendEventData(ctx context.Context, runID string, seq int64, dat
 	var e Event
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		e, err = scanEvent(tx.QueryRowContext(ctx, `UPDATE events SET data = ?3, rev = `+nextRev+`, content = content OR ?4
-			WHERE run_id = ?1 AND seq = ?2 AND EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND purged_at IS NULL)
-			RETURNING `+eventColumns, runID, seq, nullableData(data), content))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("store: amend event %d of %s: %w", seq, runID, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("store: amend event %d of %s: %w", seq, runID, err)
-		}
-		return nil
+		e, err = amendEvent(ctx, tx, runID, seq, data, content)
+		return err
 	})
 	return e, err
+}
+
+func amendEvent(ctx context.Context, tx *sql.Tx, runID string, seq int64, data json.RawMessage, content bool) (Event, error) {
+	e, err := scanEvent(tx.QueryRowContext(ctx, `UPDATE events SET data = ?3, rev = `+nextRev+`, content = content OR ?4
+		WHERE run_id = ?1 AND seq = ?2 AND EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND purged_at IS NULL)
+		RETURNING `+eventColumns, runID, seq, nullableData(data), content))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Event{}, fmt.Errorf("store: amend event %d of %s: %w", seq, runID, ErrNotFound)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("store: amend event %d of %s: %w", seq, runID, err)
+	}
+	return e, nil
 }
 
 func nullableData(data json.RawMessage) any {

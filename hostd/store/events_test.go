@@ -123,9 +123,12 @@ func TestOpenAddsRevisionsToAnOlderDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The events table as daemons before revisions created it.
-	if _, err := old.ExecContext(ctx, `CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, t_millis INTEGER NOT NULL,
-		category TEXT NOT NULL, message TEXT NOT NULL, data TEXT, content INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run_id, seq));
+	// The schema as daemons before revisions (and schema versions) created it.
+	ms, err := migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.ExecContext(ctx, ms[0].sql+`;
 		INSERT INTO events (run_id, seq, t_millis, category, message) VALUES ('run_old', 1, 0, 'Queued', 'a'), ('run_old', 2, 10, 'MicroVM', 'b')`); err != nil {
 		t.Fatal(err)
 	}

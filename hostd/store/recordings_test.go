@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,11 +78,11 @@ func (f *recordingFixture) diskHolds(s string) bool {
 	return false
 }
 
-// recordingWith is a recording document big enough to spill into overflow
-// pages, which secure delete must wipe too.
-func recordingWith(canary string) []byte {
-	return []byte(`{"version":1,"exchanges":[{"turn":1,"request":{"model":"m","messages":[{"role":"user","text":"` +
-		canary + `"}]},"response":{"text":"` + string(bytes.Repeat([]byte("x"), 20_000)) + canary + `"}}]}`)
+// entryWith is an exchange entry big enough to spill into overflow pages,
+// which secure delete must wipe too.
+func entryWith(turn int, canary string) []byte {
+	return []byte(fmt.Sprintf(`{"turn":%d,"request":{"kept_messages":0,"messages":[{"role":"user","text":"%s"}]},"response":{"text":"%s%s"}}`,
+		turn, canary, strings.Repeat("x", 20_000), canary))
 }
 
 func TestRecordingIsKeptWithTheRunUntilPurged(t *testing.T) {
@@ -90,18 +93,27 @@ func TestRecordingIsKeptWithTheRunUntilPurged(t *testing.T) {
 	if _, err := f.st.Recording(ctx, f.orgID, id); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("recording before any was saved: %v", err)
 	}
-	if err := f.st.SaveRecording(ctx, id, []byte(`{"version":1,"exchanges":[]}`)); err != nil {
+	want := StoredRecording{Exchanges: [][]byte{entryWith(1, canary), entryWith(2, "turn two")}, Truncation: []byte(`{"kept_turns":2}`)}
+	for i, e := range want.Exchanges {
+		if err := f.st.AppendRecordingExchange(ctx, id, i+1, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A turn is stored once.
+	if err := f.st.AppendRecordingExchange(ctx, id, 2, entryWith(2, "again")); err == nil {
+		t.Fatal("stored turn 2 twice")
+	}
+	// A later mark replaces the earlier one.
+	if err := f.st.SetRecordingTruncation(ctx, id, []byte(`{"kept_turns":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	// A later save replaces the earlier one.
-	want := recordingWith(canary)
-	if err := f.st.SaveRecording(ctx, id, want); err != nil {
+	if err := f.st.SetRecordingTruncation(ctx, id, want.Truncation); err != nil {
 		t.Fatal(err)
 	}
 	f.finish(id, time.Now().Add(time.Hour))
 	got, err := f.st.Recording(ctx, f.orgID, id)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("recording %.80q, %v", got, err)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("recording %.200q, %v", got, err)
 	}
 	if _, err := f.st.Recording(ctx, "org_other", id); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another organisation read the recording: %v", err)
@@ -120,8 +132,57 @@ func TestRecordingIsKeptWithTheRunUntilPurged(t *testing.T) {
 		t.Fatal("purged recording still in the database files")
 	}
 	// A finished (here purged) run cannot be given its content back.
-	if err := f.st.SaveRecording(ctx, id, want); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("saved a recording for a finished run: %v", err)
+	if err := f.st.AppendRecordingExchange(ctx, id, 3, entryWith(3, canary)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("recorded a turn for a finished run: %v", err)
+	}
+	if err := f.st.SetRecordingTruncation(ctx, id, want.Truncation); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("marked the recording of a finished run: %v", err)
+	}
+}
+
+// The turns a run made before its daemon died are in the database: the
+// recording is written as it happens, not when the run ends.
+func TestRecordingSurvivesACrashMidRun(t *testing.T) {
+	ctx := context.Background()
+	f := newRecordingFixture(t)
+	const id = "run_rec_crash"
+	f.queue(id, false)
+	if err := f.st.AppendRecordingExchange(ctx, id, 1, entryWith(1, "before the crash")); err != nil {
+		t.Fatal(err)
+	}
+	f.st.Close() // the daemon dies; nothing finishes the run
+	st, err := Open(ctx, f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.Recording(ctx, f.orgID, id)
+	if err != nil || len(got.Exchanges) != 1 || !bytes.Contains(got.Exchanges[0], []byte("before the crash")) {
+		t.Fatalf("recording after a crash: %.80q, %v", got.Exchanges, err)
+	}
+}
+
+// A recording an earlier daemon saved whole is still served, and purged.
+func TestWholeRecordingsOfEarlierDaemonsAreServed(t *testing.T) {
+	ctx := context.Background()
+	f := newRecordingFixture(t)
+	const id, canary = "run_rec_v1", "V1-CANARY-0b7e"
+	f.queue(id, false)
+	doc := []byte(`{"version":1,"exchanges":[{"turn":1,"request":{"model":"m","messages":[{"role":"user","text":"` +
+		canary + strings.Repeat("x", 20_000) + `"}]},"response":{"text":"done"}}]}`)
+	if _, err := f.st.write.ExecContext(ctx, `INSERT INTO recordings (run_id, data) VALUES (?, ?)`, id, string(doc)); err != nil {
+		t.Fatal(err)
+	}
+	f.finish(id, time.Now().Add(time.Hour))
+	got, err := f.st.Recording(ctx, f.orgID, id)
+	if err != nil || !bytes.Equal(got.Document, doc) || got.Exchanges != nil {
+		t.Fatalf("whole recording %.80q, %v", got.Document, err)
+	}
+	if _, err := f.st.PurgeRun(ctx, f.orgID, id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Recording(ctx, f.orgID, id); !errors.Is(err, ErrNotFound) || f.diskHolds(canary) {
+		t.Fatalf("whole recording after purge: %v", err)
 	}
 }
 
@@ -132,7 +193,10 @@ func TestExpiredRecordingsArePurged(t *testing.T) {
 	now := time.Now()
 	for id, until := range map[string]time.Time{expired: now.Add(-time.Minute), kept: now.Add(time.Hour)} {
 		f.queue(id, false)
-		if err := f.st.SaveRecording(ctx, id, recordingWith("CANARY-"+id)); err != nil {
+		if err := f.st.AppendRecordingExchange(ctx, id, 1, entryWith(1, "CANARY-"+id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.st.SetRecordingTruncation(ctx, id, []byte(`{"note":"MARK-`+id+`"}`)); err != nil {
 			t.Fatal(err)
 		}
 		f.finish(id, until)
@@ -146,7 +210,7 @@ func TestExpiredRecordingsArePurged(t *testing.T) {
 	if _, err := f.st.Recording(ctx, f.orgID, kept); err != nil {
 		t.Fatalf("recording within retention: %v", err)
 	}
-	if f.diskHolds("CANARY-"+expired) || !f.diskHolds("CANARY-"+kept) {
+	if f.diskHolds("CANARY-"+expired) || f.diskHolds("MARK-"+expired) || !f.diskHolds("CANARY-"+kept) {
 		t.Fatal("the database files hold the expired recording or lost the kept one")
 	}
 }
@@ -157,16 +221,22 @@ func TestRecordingRefusals(t *testing.T) {
 	const zdr, plain = "run_rec_zdr", "run_rec_plain"
 	f.queue(zdr, true)
 	f.queue(plain, false)
-	if err := f.st.SaveRecording(ctx, zdr, recordingWith("ZDR-CANARY")); !errors.Is(err, ErrZeroRetention) {
+	if err := f.st.AppendRecordingExchange(ctx, zdr, 1, entryWith(1, "ZDR-CANARY")); !errors.Is(err, ErrZeroRetention) {
 		t.Fatalf("zero-retention run: %v", err)
+	}
+	if err := f.st.SetRecordingTruncation(ctx, zdr, []byte(`{"x":"ZDR-CANARY"}`)); !errors.Is(err, ErrZeroRetention) {
+		t.Fatalf("zero-retention run's mark: %v", err)
 	}
 	if f.diskHolds("ZDR-CANARY") {
 		t.Fatal("zero-retention recording reached the database files")
 	}
-	if err := f.st.SaveRecording(ctx, "run_missing", recordingWith("x")); !errors.Is(err, ErrNotFound) {
+	if err := f.st.AppendRecordingExchange(ctx, "run_missing", 1, entryWith(1, "x")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown run: %v", err)
 	}
-	if err := f.st.SaveRecording(ctx, plain, []byte(`{"version":`)); err == nil {
-		t.Fatal("stored a recording that is not JSON")
+	if err := f.st.AppendRecordingExchange(ctx, plain, 1, []byte(`{"turn":`)); err == nil {
+		t.Fatal("stored an entry that is not JSON")
+	}
+	if err := f.st.SetRecordingTruncation(ctx, plain, []byte(`{`)); err == nil {
+		t.Fatal("stored a mark that is not JSON")
 	}
 }

@@ -150,6 +150,8 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 				return fmt.Errorf("store: look up idempotency key: %w", err)
 			}
 		}
+		// Through runs_org_status: only the organisation's active runs are
+		// read, however many it has finished, while every write waits.
 		var active int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE org_id = ? AND status IN ('queued', 'running')`,
 			nr.OrgID).Scan(&active); err != nil {
@@ -271,11 +273,22 @@ type Finish struct {
 	Cost           ledger.Cost
 	At             time.Time
 	RetentionUntil time.Time
+	// Amend replaces the data of some of the run's timeline entries, in
+	// order and before the final events are appended: how recovery closes
+	// the entries of commands a dead daemon left open.
+	Amend []Amendment
+}
+
+// Amendment is new data for the run's timeline entry Seq.
+type Amendment struct {
+	Seq  int64
+	Data json.RawMessage
 }
 
 // FinishRun ends an active run: it settles the hold (charging f.Cost, capped
-// at the reservation), stores the outcome and appends the events built from
-// the settled amounts, all in one transaction. Finishing a run that already
+// at the reservation), stores the outcome, amends the entries f.Amend names
+// and appends the events built from the settled amounts, all in one
+// transaction. Finishing a run that already
 // ended returns ErrNotFound-wrapped error and changes nothing.
 func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
 	var run Run
@@ -311,6 +324,16 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 			millis(f.RetentionUntil), runID)
 		if err != nil {
 			return fmt.Errorf("store: finish %s: %w", runID, err)
+		}
+		for _, a := range f.Amend {
+			if _, err := amendEvent(ctx, tx, runID, a.Seq, a.Data, false); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO finished_run_totals (status, runs, charged_micros) VALUES (?, 1, ?)
+			ON CONFLICT (status) DO UPDATE SET runs = finished_run_totals.runs + 1,
+			charged_micros = finished_run_totals.charged_micros + excluded.charged_micros`, f.Status, charged); err != nil {
+			return fmt.Errorf("store: finish %s: count it: %w", runID, err)
 		}
 		for _, e := range events(charged, released) {
 			if _, err := appendEvent(ctx, tx, runID, e); err != nil {
@@ -382,8 +405,10 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 		PurgedContent, runID); err != nil {
 		return fmt.Errorf("store: purge events of %s: %w", runID, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM recordings WHERE run_id = ?`, runID); err != nil {
-		return fmt.Errorf("store: purge recording of %s: %w", runID, err)
+	for _, table := range []string{"recordings", "recording_exchanges", "recording_truncations"} {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id = ?`, runID); err != nil {
+			return fmt.Errorf("store: purge recording of %s: %w", runID, err)
+		}
 	}
 	// A published replay of a purged run would show nothing: its link ends.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM published_runs WHERE run_id = ?`, runID); err != nil {
@@ -392,71 +417,150 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 	return nil
 }
 
+// The janitor finds its work with reads, which wait for no one, and does
+// it in batches, each its own short write transaction (a few
+// milliseconds) followed by a rest as long (afterJanitorStep), so that a
+// write arriving meanwhile (SQLite has one writer) waits for one batch at
+// most, not for the whole sweep; a sweep with nothing to do takes the
+// write lock not at all.
+const (
+	purgeBatch  = 25  // runs purged per transaction
+	forgetBatch = 200 // idempotency keys forgotten per transaction
+)
+
 // PurgeExpired purges every finished run whose retention ended before now
 // and forgets idempotency keys older than keyTTL. It returns how many runs
-// were purged.
+// were purged; ReclaimSpace then gives the freed pages back.
 func (s *Store) PurgeExpired(ctx context.Context, now time.Time, keyTTL time.Duration) (int, error) {
-	var ids []string
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE purged_at IS NULL AND retention_until <= ?`, millis(now))
+	purged, err := s.purgeExpiredRuns(ctx, now)
+	if err != nil {
+		return purged, err
+	}
+	return purged, s.forgetIdempotencyKeys(ctx, now.Add(-keyTTL))
+}
+
+func (s *Store) purgeExpiredRuns(ctx context.Context, now time.Time) (int, error) {
+	purged := 0
+	for {
+		ids, err := s.expiredRuns(ctx, now)
+		if err != nil || len(ids) == 0 {
+			return purged, err
+		}
+		// A run purged meanwhile (DELETE) is purged again: purge changes
+		// nothing more.
+		began := time.Now()
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			for _, id := range ids {
+				if err := purge(ctx, tx, id, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = s.afterJanitorStep(ctx, began)
+		}
 		if err != nil {
-			return fmt.Errorf("store: expired runs: %w", err)
+			return purged, err
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return fmt.Errorf("store: expired runs: %w", err)
-			}
-			ids = append(ids, id)
+		purged += len(ids)
+	}
+}
+
+// expiredRuns returns up to purgeBatch runs whose content is due for purging.
+func (s *Store) expiredRuns(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT id FROM runs WHERE purged_at IS NULL AND retention_until <= ? LIMIT ?`,
+		millis(now), purgeBatch)
+	if err != nil {
+		return nil, fmt.Errorf("store: expired runs: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: expired runs: %w", err)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("store: expired runs: %w", err)
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: expired runs: %w", err)
+	}
+	return ids, nil
+}
+
+// forgetIdempotencyKeys forgets the idempotency keys of runs created at
+// or before cutoff: a retry with such a key creates a new run.
+func (s *Store) forgetIdempotencyKeys(ctx context.Context, cutoff time.Time) error {
+	for {
+		var due bool
+		if err := s.read.QueryRowContext(ctx, `SELECT EXISTS (
+			SELECT 1 FROM runs WHERE idempotency_key IS NOT NULL AND created_at <= ?)`, millis(cutoff)).Scan(&due); err != nil {
+			return fmt.Errorf("store: old idempotency keys: %w", err)
 		}
-		for _, id := range ids {
-			if err := purge(ctx, tx, id, now); err != nil {
-				return err
-			}
+		if !due {
+			return nil
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE runs SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_at <= ?`,
-			millis(now.Add(-keyTTL))); err != nil {
+		began := time.Now()
+		_, err := s.write.ExecContext(ctx, `UPDATE runs SET idempotency_key = NULL WHERE seq IN (
+			SELECT seq FROM runs WHERE idempotency_key IS NOT NULL AND created_at <= ? LIMIT ?)`, millis(cutoff), forgetBatch)
+		if err != nil {
 			return fmt.Errorf("store: forget idempotency keys: %w", err)
 		}
-		return nil
-	})
-	return len(ids), err
+		if err := s.afterJanitorStep(ctx, began); err != nil {
+			return err
+		}
+	}
 }
 
 // Totals are daemon-wide figures for metrics.
 type Totals struct {
 	RunsByStatus map[Status]int64
-	Held         int64
-	Charged      int64
+	Held         int64 // reserved for queued and running runs
+	Charged      int64 // charged for finished runs
 }
 
-// Totals counts runs by status and sums the ledger.
+// Totals counts runs by status and the money held and charged. Active runs
+// are counted through the status index (they are few); finished runs come
+// from the totals FinishRun keeps, so the cost does not grow with history.
+// Every hold is an active run's reservation until FinishRun settles it, so
+// the reservations of active runs are the money held.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	t := Totals{RunsByStatus: map[Status]int64{}}
-	rows, err := s.read.QueryContext(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+	// One read transaction: both halves from the same snapshot.
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return t, fmt.Errorf("store: count runs: %w", err)
+		return t, fmt.Errorf("store: totals: %w", err)
+	}
+	defer tx.Rollback()
+	err = scanTotals(ctx, tx, `SELECT status, count(*), coalesce(sum(reserved), 0) FROM runs
+		WHERE status IN ('queued', 'running') GROUP BY status`, t.RunsByStatus, &t.Held)
+	if err != nil {
+		return t, fmt.Errorf("store: count active runs: %w", err)
+	}
+	err = scanTotals(ctx, tx, `SELECT status, runs, charged_micros FROM finished_run_totals`, t.RunsByStatus, &t.Charged)
+	if err != nil {
+		return t, fmt.Errorf("store: read finished run totals: %w", err)
+	}
+	return t, nil
+}
+
+// scanTotals reads rows of (status, runs, micros) into byStatus and sums
+// the micros into sum.
+func scanTotals(ctx context.Context, tx *sql.Tx, query string, byStatus map[Status]int64, sum *int64) error {
+	rows, err := tx.QueryContext(ctx, query)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var st Status
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return t, fmt.Errorf("store: count runs: %w", err)
+		var n, micros int64
+		if err := rows.Scan(&st, &n, &micros); err != nil {
+			return err
 		}
-		t.RunsByStatus[st] = n
+		byStatus[st] += n
+		*sum += micros
 	}
-	if err := rows.Err(); err != nil {
-		return t, fmt.Errorf("store: count runs: %w", err)
-	}
-	if err := s.read.QueryRowContext(ctx, `SELECT coalesce(sum(held), 0), coalesce(sum(charged), 0) FROM accounts`).
-		Scan(&t.Held, &t.Charged); err != nil {
-		return t, fmt.Errorf("store: sum accounts: %w", err)
-	}
-	return t, nil
+	return rows.Err()
 }

@@ -16,12 +16,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // ErrNotFound means the row does not exist or belongs to another organisation.
@@ -33,32 +31,37 @@ type Store struct {
 	read  *sql.DB
 }
 
-// Open opens (creating if needed) the database file at path and brings its
-// schema up to date (see migrate.go).
+// driverName is the database/sql driver Open uses. The store's tests swap
+// in a wrapper that records every statement, to check its query plan.
+var driverName = "sqlite"
+
+// Open opens (creating if needed) the database file at path, makes it give
+// freed pages back (see sqlite.go) and brings its schema up to date (see
+// migrate.go).
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: create directory for %s: %w", path, err)
 	}
-	pragmas := url.Values{}
-	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)",
-		// Overwrite deleted content instead of leaving it in free pages, so
-		// purged prompts and outputs do not linger in the file.
-		"secure_delete(1)"} {
-		pragmas.Add("_pragma", p)
+	if err := ownerOnly(path); err != nil {
+		return nil, err
 	}
-	writeDSN := "file:" + path + "?" + pragmas.Encode() + "&_txlock=immediate"
-	w, err := sql.Open("sqlite", writeDSN)
+	pragmas := connectionPragmas()
+	w, err := sql.Open(driverName, "file:"+path+"?"+pragmas+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
-	r, err := sql.Open("sqlite", "file:"+path+"?"+pragmas.Encode())
+	r, err := sql.Open(driverName, "file:"+path+"?"+pragmas)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
 	s := &Store{write: w, read: r}
+	if err := s.useIncrementalVacuum(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: migrate %s: %w", path, err)
@@ -66,16 +69,49 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
+// ownerOnly makes the database file, and its write-ahead log and shared
+// memory where they exist, readable and writable by their owner only: they
+// hold every organisation's prompts, outputs and timelines. The file is
+// created here with mode 0600 (whatever the umask: open(2) only removes
+// bits), and SQLite gives the -wal and -shm files it creates the mode of
+// the database file; files an older version left readable by others are
+// tightened.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: check mode of %s: %w", p, err)
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, info.Mode().Perm()&0o700); err != nil {
+				return fmt.Errorf("store: make %s private: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Close closes both connection pools.
 func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
-// Checkpoint copies the write-ahead log into the database file and truncates
-// it, so purged content does not survive in old WAL frames.
-func (s *Store) Checkpoint(ctx context.Context) error {
-	if _, err := s.write.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		return fmt.Errorf("store: wal checkpoint: %w", err)
+// Ping reports whether the database answers a read, without touching any
+// table that grows: what a liveness probe needs.
+func (s *Store) Ping(ctx context.Context) error {
+	var version int
+	if err := s.read.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
 	}
 	return nil
 }

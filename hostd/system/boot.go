@@ -11,6 +11,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 	"github.com/ephemeralhq/ephemeral/netns"
 )
 
@@ -46,15 +47,9 @@ func sandboxBoot(m *sandbox.Manager, b *broker.Broker) agent.BootFunc {
 
 // bootBrokered creates a broker-mode sandbox and serves its session on the
 // sandbox's gateway. Whatever was set up is undone if a later step fails.
-func bootBrokered(ctx context.Context, m *sandbox.Manager, b *broker.Broker, g broker.Grants, obs broker.Observer) (_ agent.Machine, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+func bootBrokered(ctx context.Context, m *sandbox.Manager, b *broker.Broker, g broker.Grants, obs broker.Observer) (agent.Machine, error) {
+	var undo cleanup.Stack
+	defer undo.Run()
 	sb, err := m.Create(ctx, sandbox.Options{
 		Network: netns.Config{Mode: netns.Broker, BrokerPort: BrokerPort},
 		Env:     g.GuestEnv(),
@@ -62,12 +57,12 @@ func bootBrokered(ctx context.Context, m *sandbox.Manager, b *broker.Broker, g b
 	if err != nil {
 		return agent.Machine{}, err
 	}
-	undo = append(undo, func() { sb.Destroy() })
+	undo.AddErr(sb.Destroy)
 	session, err := b.Open(ctx, g, obs)
 	if err != nil {
 		return agent.Machine{}, fmt.Errorf("system: open broker session: %w", err)
 	}
-	undo = append(undo, func() { session.Close() })
+	undo.AddErr(session.Close)
 	ln, err := sb.Network().Listen(ctx, BrokerPort)
 	if err != nil {
 		return agent.Machine{}, fmt.Errorf("system: broker listener: %w", err)
@@ -76,6 +71,7 @@ func bootBrokered(ctx context.Context, m *sandbox.Manager, b *broker.Broker, g b
 	if err := session.Serve(ln); err != nil {
 		return agent.Machine{}, fmt.Errorf("system: serve broker: %w", err)
 	}
+	undo.Release()
 	return agent.Machine{VM: &brokeredVM{Sandbox: sb, session: session}, Egress: session, Firewall: sb.Network()}, nil
 }
 

@@ -171,13 +171,31 @@ func TestSIGKILLMidRunSettlesAtRestart(t *testing.T) {
 		t.Fatalf("reconciled %q (%v), want %s", ids, err, run.ID)
 	}
 	var events struct {
-		Data []struct{ Category, Message string }
+		Data []struct {
+			Category, Message string
+			Data              struct{ State, Error string }
+		}
 	}
 	second.call(t, "GET", "/v1/runs/"+run.ID+"/events", key, "", &events)
 	n := len(events.Data)
 	if n < 2 || events.Data[n-2].Category != "Failed" || !strings.Contains(events.Data[n-2].Message, "daemon stopped") ||
 		events.Data[n-1].Message != "$0.0017 charged, $0.0383 released" {
 		t.Fatalf("timeline %+v", events.Data)
+	}
+	// The command that was running when the daemon died is not shown
+	// running for ever.
+	shell := 0
+	for _, e := range events.Data {
+		if e.Category != "Shell" {
+			continue
+		}
+		shell++
+		if e.Message != "$ sleep infinity" || e.Data.State != "interrupted" || e.Data.Error == "" {
+			t.Errorf("command entry after restart: %+v", e)
+		}
+	}
+	if shell != 1 {
+		t.Errorf("%d command entries, want 1: %+v", shell, events.Data)
 	}
 	// A graceful stop of the second daemon ends cleanly.
 	second.cmd.Process.Signal(syscall.SIGTERM)

@@ -41,6 +41,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 	"github.com/ephemeralhq/ephemeral/hostd/web"
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 )
 
 // System is the daemon's parts, built from one Config.
@@ -67,7 +68,7 @@ type System struct {
 	// open once Serve listens.
 	Announce io.Writer
 
-	closers []func() error // in the order the parts were built
+	parts cleanup.Stack // the parts' teardowns, in the order they were built
 
 	runsCancel context.CancelFunc
 	runsDone   chan struct{}
@@ -118,6 +119,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			s.Close()
 		}
 	}()
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	dbPath := opts.Database
 	if dbPath == "" {
 		dbPath = DatabasePath(cfg.StateDir)
@@ -172,11 +176,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			ComputeMicrosPerVMSecond: cfg.ComputeMicrosPerVMSecond,
 			WebMicrosPerRequest:      cfg.WebMicrosPerRequest,
 		},
-		MaxConcurrent:   cfg.MaxConcurrentRuns,
-		MaxActivePerOrg: cfg.MaxActiveRunsPerOrg,
-		Retention:       cfg.Retention,
-		Reconcile:       reconcile,
-		Logger:          s.Log,
+		MaxConcurrent:     cfg.MaxConcurrentRuns,
+		MaxActivePerOrg:   cfg.MaxActiveRunsPerOrg,
+		Retention:         cfg.Retention,
+		MaxRecordingBytes: cfg.MaxRecordingBytes,
+		MaxTimelineBytes:  cfg.MaxTimelineBytes,
+		Reconcile:         reconcile,
+		Logger:            s.Log,
 	})
 	s.Accounts = accounts.New(s.Store, accounts.Config{
 		StarterCreditMicros: cfg.StarterCreditMicros,
@@ -189,6 +195,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		DefaultModel:  cfg.DefaultModel,
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
+		Limits:        apiLimits(cfg),
 		Logger:        s.Log,
 		Models:        s.Models.Models,
 		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
@@ -224,6 +231,19 @@ func (s *System) ProvisionOrg(ctx context.Context, orgID string) error {
 	return err
 }
 
+// apiLimits are the configured limits, each rate bursting to twice itself.
+func apiLimits(cfg config.Config) api.Limits {
+	rate := func(perSecond int) api.Rate { return api.Rate{PerSecond: float64(perSecond), Burst: 2 * perSecond} }
+	return api.Limits{
+		KeyRunCreations:     rate(cfg.LimitKeyRunCreations),
+		KeyReads:            rate(cfg.LimitKeyReads),
+		KeyStreams:          cfg.LimitKeyStreams,
+		AddressRunCreations: rate(cfg.LimitAddressRunCreations),
+		AddressReads:        rate(cfg.LimitAddressReads),
+		AddressStreams:      cfg.LimitAddressStreams,
+	}
+}
+
 // OpenStore builds only the database and the connection registry, for
 // `ephemeral admin`, which may run beside a serving daemon: SQLite's WAL
 // and busy timeout let both write.
@@ -231,6 +251,9 @@ func OpenStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*Syste
 	s := &System{Config: cfg, Log: log}
 	if s.Log == nil {
 		s.Log = slog.Default()
+	}
+	if err := privateStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	if err := s.openStore(ctx, DatabasePath(cfg.StateDir)); err != nil {
 		s.Close()
@@ -329,21 +352,17 @@ func (s *System) LogModels() {
 }
 
 // onClose registers a part's teardown; Close runs them in reverse.
-func (s *System) onClose(f func() error) { s.closers = append(s.closers, f) }
+func (s *System) onClose(f func() error) { s.parts.AddErr(f) }
 
 // Close stops the runs (each ends as failed, its money settled) and closes
 // every part in the reverse order of building.
 func (s *System) Close() error {
 	s.closeOnce.Do(func() {
-		var errs []error
 		if s.runsCancel != nil {
 			s.runsCancel()
 			<-s.runsDone
 		}
-		for i := len(s.closers) - 1; i >= 0; i-- {
-			errs = append(errs, s.closers[i]())
-		}
-		s.closeErr = errors.Join(errs...)
+		s.closeErr = s.parts.Run()
 	})
 	return s.closeErr
 }

@@ -6,6 +6,7 @@ package timeline
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ephemeralhq/ephemeral/hostd/money"
@@ -26,6 +27,8 @@ const (
 	BudgetExceeded  = "Budget exceeded"
 	Canceled        = "Canceled"
 	WorkerDestroyed = "Worker destroyed"
+	// Timeline entries are about the timeline itself.
+	Timeline = "Timeline"
 )
 
 // Fixed messages.
@@ -44,6 +47,9 @@ type State string
 const (
 	Running State = "running"
 	Done    State = "done"
+	// Interrupted closes the entry of a command whose daemon died while it
+	// ran: its result is unknown.
+	Interrupted State = "interrupted"
 )
 
 // Reserved is the first entry of every run: "Budget $0.04 reserved".
@@ -87,6 +93,50 @@ func TimedOutAfter(seconds int) string {
 // LimitReached says the budget stopped the run.
 func LimitReached(limit int64) string {
 	return "budget of " + money.Format(limit) + " reached, run stopped"
+}
+
+// RecordingCapped says a run's recording of its model turns reached its
+// size cap at a turn: "recording cap of 8 MiB reached: turn 13 and later
+// turns are not recorded".
+func RecordingCapped(turn int, limitBytes int64) string {
+	return fmt.Sprintf("recording cap of %s reached: turn %d and later turns are not recorded", byteSize(limitBytes), turn)
+}
+
+// TimelineCapped says what a run's timeline left out once it reached its
+// size cap: entries not stored at all, and entries stored without their
+// output. "timeline cap of 4 MiB reached: 12 entries not stored, 1 cut
+// short (1.3 MiB)".
+func TimelineCapped(dropped, cut, droppedBytes, limitBytes int64) string {
+	var parts []string
+	if dropped > 0 || cut == 0 {
+		parts = append(parts, pluralEntries(dropped)+" not stored")
+	}
+	if cut > 0 {
+		parts = append(parts, money.Count(cut)+" cut short")
+	}
+	return fmt.Sprintf("timeline cap of %s reached: %s (%s)", byteSize(limitBytes), strings.Join(parts, ", "), byteSize(droppedBytes))
+}
+
+func pluralEntries(n int64) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return money.Count(n) + " entries"
+}
+
+// byteSize writes a size for people: "512 bytes", "4 MiB", "1.3 MiB".
+func byteSize(n int64) string {
+	const kib, mib = 1 << 10, 1 << 20
+	var s string
+	switch {
+	case n < kib:
+		return plural(n, "byte")
+	case n < mib:
+		s = strconv.FormatFloat(float64(n)/kib, 'f', 1, 64) + " KiB"
+	default:
+		s = strconv.FormatFloat(float64(n)/mib, 'f', 1, 64) + " MiB"
+	}
+	return strings.Replace(s, ".0 ", " ", 1)
 }
 
 func onOff(b bool) string {

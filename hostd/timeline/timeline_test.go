@@ -16,6 +16,10 @@ func TestWordingMatchesProductPage(t *testing.T) {
 		{ModelSummary(1, 1), "1 model call, 1 token"},
 		{ModelSummary(0, 0), "0 model calls, 0 tokens"},
 		{Settled(3530, 36470), "$0.00353 charged, $0.03647 released"},
+		{RecordingCapped(13, 8<<20), "recording cap of 8 MiB reached: turn 13 and later turns are not recorded"},
+		{TimelineCapped(12, 1, 1363149, 4<<20), "timeline cap of 4 MiB reached: 12 entries not stored, 1 cut short (1.3 MiB)"},
+		{TimelineCapped(1, 0, 2560, 4<<20), "timeline cap of 4 MiB reached: 1 entry not stored (2.5 KiB)"},
+		{TimelineCapped(0, 2, 900, 1000), "timeline cap of 1,000 bytes reached: 2 cut short (900 bytes)"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -26,7 +26,7 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "memory", Value: 512, Usage: "guest memory in MiB"},
 			},
 			Action: benchBoot,
-		}},
+		}, benchStoreCommand},
 	}
 }
 

@@ -63,6 +63,10 @@ func runOnce(c *cli.Context) error {
 			return err
 		}
 		spec.Replay = path
+		if cut, ok := replay.Truncated(); ok {
+			fmt.Fprintf(c.App.ErrWriter, "note: %s was cut at its size cap of %d bytes after turn %d (%d later turns not stored): the replay fails at turn %d\n",
+				path, cut.LimitBytes, cut.KeptTurns, cut.DroppedTurns, cut.KeptTurns+1)
+		}
 	} else if spec.Prompt == "" {
 		return errors.New("run: give --replay RECORDING or --prompt TEXT")
 	}
@@ -116,15 +120,15 @@ func loadReplay(path string, spec *runs.Spec) (*recording.Replay, error) {
 		}
 		data = ex.Recording
 	}
-	exchanges, err := recording.Decode(bytes.NewReader(data))
+	rec, err := recording.Decode(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("run: %s: %w", path, err)
 	}
-	replay, err := recording.NewReplay(exchanges)
+	replay, err := recording.NewReplay(rec)
 	if err != nil {
 		return nil, fmt.Errorf("run: %s: %w", path, err)
 	}
-	first := exchanges[0].Request
+	first := rec.Exchanges[0].Request
 	if len(first.Messages) == 0 || first.Messages[0].Role != model.RoleUser {
 		return nil, fmt.Errorf("run: %s: the first request has no user prompt", path)
 	}

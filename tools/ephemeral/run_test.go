@@ -28,7 +28,7 @@ func TestReplayFromTheShippedRecording(t *testing.T) {
 // product page's, which had only the shell, without.
 func TestReplayGrantsWebWhenRecorded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "web.json")
-	recording := `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna",
+	recording := `{"version": 2, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna", "kept_messages": 0,
 		"messages": [{"role": "user", "text": "fetch it"}], "tools": [{"name": "web_fetch"}]},
 		"response": {"stop_reason": "end_turn", "text": "done"}}]}`
 	if err := os.WriteFile(path, []byte(recording), 0o600); err != nil {
@@ -53,6 +53,8 @@ func TestReplayRefusesBadRecordings(t *testing.T) {
 		"old version":  `{"version": 0, "exchanges": []}`,
 		"no exchanges": `{"version": 1, "exchanges": []}`,
 		"no prompt":    `{"version": 1, "exchanges": [{"turn": 1, "request": {"model": "openai/gpt-6-luna", "messages": []}, "response": {"stop_reason": "end_turn"}}]}`,
+		"cut before its first turn": `{"version": 2, "truncated": {"kept_turns": 0, "dropped_turns": 3, "dropped_bytes": 9000000, "limit_bytes": 8388608},
+			"exchanges": []}`,
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

@@ -21,14 +21,12 @@ package cloudhypervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/chapi"
 )
@@ -51,10 +49,6 @@ const guestCID = 3
 // netQueuePairs is the virtio-net queue pairs, one per tap descriptor
 // passed (vmm.Config.Tap is a single-queue tap).
 const netQueuePairs = 1
-
-// maxSocketPath is the longest path a Unix socket address holds
-// (sun_path is 108 bytes with its terminating NUL).
-const maxSocketPath = 107
 
 // Timeouts of the start sequence. Each API call is also bounded by
 // chapi.DefaultCallTimeout.
@@ -104,56 +98,30 @@ func (d *Driver) Name() string { return "cloud-hypervisor" }
 // failure, or when ctx ends first, the VMM is killed and its sockets
 // removed before Start returns.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
-	if err := validate(cfg); err != nil {
-		return nil, fmt.Errorf("cloud-hypervisor: start %s: %w", cfg.ID, err)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cloud-hypervisor: start: %w", err)
 	}
-	var undo undoStack
-	defer undo.run()
+	var undo cleanup.Stack
+	defer undo.Run()
 
 	m, err := launch(d.binary, cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cloud-hypervisor: start %s: %w", cfg.ID, err)
 	}
-	undo.push(func() { m.kill() })
+	undo.AddErr(m.kill)
 
 	if err := m.boot(ctx, cfg); err != nil {
-		undo.run() // the VMM's log is complete only once it is gone
+		undo.Run() // the VMM's log is complete only once it is gone
 		return nil, fmt.Errorf("cloud-hypervisor: start %s: %w", cfg.ID, m.explain(err))
 	}
-	undo.release()
+	undo.Release()
 	return m, nil
-}
-
-// validate rejects configurations the VMM would refuse less clearly.
-func validate(cfg vmm.Config) error {
-	var errs []error
-	for _, p := range []struct{ name, path string }{{"kernel", cfg.Kernel}, {"initrd", cfg.Initrd}, {"dir", cfg.Dir}} {
-		if !filepath.IsAbs(p.path) {
-			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.name, p.path))
-		}
-	}
-	if cfg.RootDisk != "" && !filepath.IsAbs(cfg.RootDisk) {
-		errs = append(errs, fmt.Errorf("root disk %q: want an absolute path", cfg.RootDisk))
-	}
-	if cfg.VCPUs < 1 {
-		errs = append(errs, fmt.Errorf("vcpus %d: want at least 1", cfg.VCPUs))
-	}
-	if cfg.MemoryMiB < 64 {
-		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 64", cfg.MemoryMiB))
-	}
-	if cfg.MAC != nil && cfg.Tap == nil {
-		errs = append(errs, errors.New("mac set without a tap"))
-	}
-	if p := filepath.Join(cfg.Dir, vsockSocketName); len(p) > maxSocketPath {
-		errs = append(errs, fmt.Errorf("dir %q: socket path %s is longer than %d bytes", cfg.Dir, p, maxSocketPath))
-	}
-	return errors.Join(errs...)
 }
 
 // vmConfig is the VmConfig for cfg. The tap is not in it: vm.create ignores
 // descriptors, so the tap is added with vm.add-net before boot.
 func vmConfig(cfg vmm.Config, vsockPath string) chapi.VMConfig {
-	c := chapi.VMConfig{
+	return chapi.VMConfig{
 		Payload: chapi.Payload{
 			Kernel:    cfg.Kernel,
 			Initramfs: cfg.Initrd,
@@ -165,11 +133,8 @@ func vmConfig(cfg vmm.Config, vsockPath string) chapi.VMConfig {
 		Serial:  &chapi.Console{Mode: chapi.ConsoleTty},
 		Console: &chapi.Console{Mode: chapi.ConsoleOff},
 		Vsock:   &chapi.Vsock{CID: guestCID, Socket: vsockPath},
+		Disks:   []chapi.Disk{{Path: cfg.RootDisk, Readonly: true, ImageType: chapi.ImageTypeRaw, ID: "root"}},
 	}
-	if cfg.RootDisk != "" {
-		c.Disks = []chapi.Disk{{Path: cfg.RootDisk, Readonly: true, ImageType: chapi.ImageTypeRaw, ID: "root"}}
-	}
-	return c
 }
 
 // netConfig is the virtio-net device for cfg.Tap.
@@ -179,28 +144,4 @@ func netConfig(cfg vmm.Config) chapi.Net {
 		n.MAC = cfg.MAC.String()
 	}
 	return n
-}
-
-// undoStack collects the teardown of a multi-step setup; run undoes the
-// steps in reverse unless release was called.
-type undoStack struct {
-	steps []func()
-}
-
-func (u *undoStack) push(step func()) { u.steps = append(u.steps, step) }
-
-func (u *undoStack) release() { u.steps = nil }
-
-func (u *undoStack) run() {
-	for i := len(u.steps) - 1; i >= 0; i-- {
-		u.steps[i]()
-	}
-	u.steps = nil
-}
-
-// launchAttrs puts the VMM in its own process group, so that killing the
-// group also ends anything it spawned, and has the kernel kill it should
-// this process die first.
-func launchAttrs() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/internal/chspec"
 )
@@ -44,14 +46,7 @@ func TestMain(m *testing.M) {
 // is missing.
 func fakeVMM(t testing.TB) string {
 	t.Helper()
-	spec, err := chspec.Find()
-	if errors.Is(err, chspec.ErrNotFound) {
-		t.Skipf("Cloud Hypervisor API description missing (%v): put %s in ../shared/reference/ beside the repository", err, chspec.FileName)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("FAKECH_SPEC", spec)
+	t.Setenv("FAKECH_SPEC", testenv.SharedReference(t, chspec.FileName))
 	fakeBuildOnce.Do(func() {
 		fakeBinaryDir, fakeBuildErr = os.MkdirTemp("", "fakech")
 		if fakeBuildErr != nil {
@@ -84,7 +79,7 @@ func testConfig(t testing.TB) vmm.Config {
 	}
 	t.Cleanup(func() { tap.Close() })
 	return vmm.Config{
-		ID:        "test",
+		ID:        sandboxid.New(),
 		Kernel:    filepath.Join(images, "vmlinuz"),
 		Initrd:    filepath.Join(images, "initrd"),
 		RootDisk:  filepath.Join(images, "root.ext4"),
@@ -217,10 +212,10 @@ func TestStartDialGuestClose(t *testing.T) {
 	}
 }
 
-func TestStartWithoutTapOrDisk(t *testing.T) {
+func TestStartWithoutTap(t *testing.T) {
 	driver := New(fakeVMM(t))
 	cfg := testConfig(t)
-	cfg.Tap, cfg.MAC, cfg.RootDisk = nil, nil, ""
+	cfg.Tap, cfg.MAC = nil, nil
 
 	m, err := driver.Start(context.Background(), cfg)
 	if err != nil {
@@ -366,7 +361,7 @@ func TestMachineNoticesVMMDeath(t *testing.T) {
 }
 
 func TestStartRejectsBadConfig(t *testing.T) {
-	good := vmm.Config{Kernel: "/k", Initrd: "/i", Dir: "/run/vm", VCPUs: 1, MemoryMiB: 128}
+	good := vmm.Config{ID: sandboxid.New(), Kernel: "/k", Initrd: "/i", RootDisk: "/r", Dir: "/run/vm", VCPUs: 1, MemoryMiB: 128}
 	tests := []struct {
 		name   string
 		mutate func(*vmm.Config)
@@ -380,7 +375,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"socket path too long", func(c *vmm.Config) { c.Dir = "/" + strings.Repeat("d", 100) }, "longer than"},
 	}
 	driver := New("/nonexistent/cloud-hypervisor")
-	if err := validate(good); err != nil {
+	if err := good.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
 	}
 	for _, tt := range tests {
@@ -392,6 +387,16 @@ func TestStartRejectsBadConfig(t *testing.T) {
 				t.Errorf("Start error = %v, want one naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The sockets the driver creates in Config.Dir fit a Unix socket address
+// whenever the Dir is valid.
+func TestSocketNamesFitTheDirBound(t *testing.T) {
+	for _, name := range []string{apiSocketName, vsockSocketName} {
+		if len(name) > vmm.MaxSocketNameLen {
+			t.Errorf("socket name %q is longer than vmm.MaxSocketNameLen (%d)", name, vmm.MaxSocketNameLen)
+		}
 	}
 }
 

@@ -4,23 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/chapi"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -36,7 +32,7 @@ const (
 
 // machine is one cloud-hypervisor process and the VM it runs.
 type machine struct {
-	cmd       *exec.Cmd
+	proc      *vmproc.Process
 	api       *chapi.Client
 	apiSock   string
 	vsockSock string
@@ -44,20 +40,6 @@ type machine struct {
 	console   *vmproc.TailBuffer
 	vmmLog    *vmproc.TailBuffer
 	timings   vmm.Timings
-
-	// done is closed once the process has been reaped; waitErr is its
-	// exit status, readable after done.
-	done    chan struct{}
-	waitErr error
-
-	// groupMu orders killing the process group against reaping its
-	// leader: while exited is false the leader has not been reaped, so
-	// its pid, the group id, cannot have been reused by a stranger.
-	groupMu sync.Mutex
-	exited  bool
-	// killed records that the driver, not the VMM, ended the process;
-	// readable after done.
-	killed bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -72,7 +54,6 @@ func launch(binary, dir string) (*machine, error) {
 		pidFile:   filepath.Join(dir, pidFileName),
 		console:   vmproc.NewTailBuffer(vmproc.ConsoleTailSize),
 		vmmLog:    vmproc.NewTailBuffer(vmmLogTailSize),
-		done:      make(chan struct{}),
 	}
 	m.api = chapi.NewClient(m.apiSock)
 	// The VMM refuses to bind over existing socket files, such as those a
@@ -83,72 +64,25 @@ func launch(binary, dir string) (*machine, error) {
 	cmd := exec.Command(binary, "--api-socket", "path="+m.apiSock)
 	cmd.Stdout = m.console // serial mode Tty writes the guest's ttyS0 here
 	cmd.Stderr = m.vmmLog
-	cmd.SysProcAttr = launchAttrs()
 	cmd.WaitDelay = pipeDrainTimeout
-	m.cmd = cmd
-	started := make(chan error)
-	go m.supervise(started)
-	if err := <-started; err != nil {
+	proc, err := vmproc.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("launch %s: %w", binary, err)
 	}
-	if err := os.WriteFile(m.pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	m.proc = proc
+	m.timings.Launched = proc.Launched()
+	if err := os.WriteFile(m.pidFile, []byte(strconv.Itoa(proc.Pid())), 0o644); err != nil {
 		m.kill()
 		return nil, fmt.Errorf("launch %s: record pid: %w", binary, err)
 	}
 	return m, nil
 }
 
-// supervise starts the VMM, reports the outcome on started, then waits for
-// the VMM to exit, kills whatever it left in its process group, reaps it
-// and closes done.
-//
-// It holds its OS thread from start to exit because Pdeathsig fires when
-// the forking thread ends, not the daemon: a thread returned to the pool
-// could later be retired (a goroutine that exits while locked to it, as
-// network namespace code does) and take a healthy VM down with it.
-func (m *machine) supervise(started chan<- error) {
-	defer close(m.done)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	m.timings.Launched = time.Now()
-	if err := m.cmd.Start(); err != nil {
-		started <- err
-		return
-	}
-	started <- nil
-	pid := m.cmd.Process.Pid
-	// WNOWAIT leaves the leader a zombie, keeping the group id ours until
-	// the group has been killed below.
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-	for errors.Is(err, unix.EINTR) {
-		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-	}
-	m.groupMu.Lock()
-	if err == nil {
-		syscall.Kill(-pid, syscall.SIGKILL) // ESRCH: the leader was alone
-	}
-	// Should waitid fail, whether the leader is reaped is unknown: the
-	// group is left alone rather than risk signalling a stranger.
-	m.exited = true
-	m.groupMu.Unlock()
-	m.waitErr = m.cmd.Wait()
-}
-
-// kill SIGKILLs the VMM's process group, waits until the VMM is reaped and
+// kill ends the VMM's process group, waits until the VMM is reaped and
 // removes the VM directory's files.
 func (m *machine) kill() error {
-	m.groupMu.Lock()
-	if !m.exited {
-		m.killed = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL) == nil
-	} else {
-		// The group is no longer safe to signal, but os.Process never
-		// signals a reaped process: this ends a leader still running
-		// after supervise's waitid failed.
-		m.cmd.Process.Kill()
-	}
-	m.groupMu.Unlock()
-	<-m.done
+	m.proc.Kill()
+	m.proc.Wait()
 	return m.removeFiles()
 }
 
@@ -192,7 +126,7 @@ func (m *machine) waitForAPI(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-m.done:
+		case <-m.proc.Done():
 			return errors.New("wait for API socket: the VMM exited first")
 		case <-ctx.Done():
 			return fmt.Errorf("wait for API socket: %w (last ping: %v)", ctx.Err(), err)
@@ -219,15 +153,15 @@ func (m *machine) expectState(ctx context.Context, want chapi.VMState) error {
 // the VMM is gone: a VMM that died mid-call is usually the real cause.
 func (m *machine) explain(err error) error {
 	select {
-	case <-m.done:
+	case <-m.proc.Done():
 	default:
 		return err
 	}
 	var detail strings.Builder
-	if !m.killed {
+	if !m.proc.Killed() {
 		status := "exit status 0"
-		if m.waitErr != nil {
-			status = m.waitErr.Error()
+		if waitErr := m.proc.Wait(); waitErr != nil {
+			status = waitErr.Error()
 		}
 		fmt.Fprintf(&detail, "; the VMM ended: %s", status)
 	}
@@ -253,7 +187,7 @@ func (m *machine) DialGuest(ctx context.Context) (net.Conn, error) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("cloud-hypervisor: dial guest port %d: %w (last attempt: %v)", vsockproto.Port, ctx.Err(), err)
-		case <-m.done:
+		case <-m.proc.Done():
 			return nil, m.explain(fmt.Errorf("cloud-hypervisor: dial guest port %d: the VMM exited", vsockproto.Port))
 		case <-time.After(backoff):
 		}
@@ -262,7 +196,7 @@ func (m *machine) DialGuest(ctx context.Context) (net.Conn, error) {
 }
 
 // PID implements vmm.Machine.
-func (m *machine) PID() int { return m.cmd.Process.Pid }
+func (m *machine) PID() int { return m.proc.Pid() }
 
 // Timings implements vmm.Machine.
 func (m *machine) Timings() vmm.Timings { return m.timings }
@@ -271,7 +205,7 @@ func (m *machine) Timings() vmm.Timings { return m.timings }
 func (m *machine) Console() string { return m.console.String() }
 
 // Done implements vmm.Machine.
-func (m *machine) Done() <-chan struct{} { return m.done }
+func (m *machine) Done() <-chan struct{} { return m.proc.Done() }
 
 // Close implements vmm.Machine. It asks the VMM to shut down, which lets it
 // release the VM's devices itself, and kills the process group when it
@@ -289,7 +223,7 @@ func (m *machine) Close() error {
 // requestShutdown sends vmm.shutdown and waits briefly for the exit.
 func (m *machine) requestShutdown() {
 	select {
-	case <-m.done:
+	case <-m.proc.Done():
 		return
 	default:
 	}
@@ -299,7 +233,7 @@ func (m *machine) requestShutdown() {
 		return // the kill that follows does the job
 	}
 	select {
-	case <-m.done:
+	case <-m.proc.Done():
 	case <-ctx.Done():
 	}
 }

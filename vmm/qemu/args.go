@@ -3,7 +3,7 @@ package qemu
 import (
 	"errors"
 	"fmt"
-	"regexp"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -43,10 +43,6 @@ type launch struct {
 	// confine picks the seccomp filter and whether QEMU switches user.
 	confine confinement
 }
-
-// validID keeps Config.ID safe inside QEMU's -name option and process
-// listings.
-var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // args returns QEMU's arguments (without argv[0]) for l.
 func (l launch) args() ([]string, error) {
@@ -119,25 +115,17 @@ func (l launch) args() ([]string, error) {
 	return args, nil
 }
 
-// check rejects configurations QEMU would misread or refuse late.
+// check rejects configurations QEMU would misread or refuse late. The
+// Config's own rules (vmm.Config.Validate) keep its values safe inside
+// QEMU's options, e.g. an ID without commas.
 func (l launch) check() error {
 	cfg := l.cfg
 	var errs []error
-	if !validID.MatchString(cfg.ID) {
-		errs = append(errs, fmt.Errorf("id %q: want 1-64 of A-Z a-z 0-9 _ -", cfg.ID))
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	for _, p := range []struct{ name, path string }{
-		{"kernel", cfg.Kernel}, {"initrd", cfg.Initrd}, {"root disk", cfg.RootDisk}, {"pid file", l.pidFile},
-	} {
-		if !strings.HasPrefix(p.path, "/") {
-			errs = append(errs, fmt.Errorf("%s path %q is not absolute", p.name, p.path))
-		}
-	}
-	if cfg.VCPUs < 1 {
-		errs = append(errs, fmt.Errorf("vcpus %d: want at least 1", cfg.VCPUs))
-	}
-	if cfg.MemoryMiB < 64 {
-		errs = append(errs, fmt.Errorf("memory %d MiB: want at least 64", cfg.MemoryMiB))
+	if !filepath.IsAbs(l.pidFile) {
+		errs = append(errs, fmt.Errorf("pid file path %q is not absolute", l.pidFile))
 	}
 	if l.accel != accelKVM && l.accel != accelTCG {
 		errs = append(errs, fmt.Errorf("accelerator %q: want kvm or tcg", l.accel))
@@ -154,16 +142,11 @@ func (l launch) check() error {
 	if l.vhostFD >= 3 && l.vsockCID < 3 {
 		errs = append(errs, fmt.Errorf("guest cid %d: want at least 3", l.vsockCID))
 	}
-	if cfg.Tap != nil {
-		if l.tapFD < 3 {
-			errs = append(errs, fmt.Errorf("tap descriptor %d: want an inherited one (>= 3)", l.tapFD))
-		}
-		if len(cfg.MAC) != 6 {
-			errs = append(errs, fmt.Errorf("mac %q: want a 6-byte Ethernet address with a tap", cfg.MAC))
-		}
+	if cfg.Tap != nil && l.tapFD < 3 {
+		errs = append(errs, fmt.Errorf("tap descriptor %d: want an inherited one (>= 3)", l.tapFD))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("qemu: config: %w", err)
+		return fmt.Errorf("qemu: launch: %w", err)
 	}
 	return nil
 }

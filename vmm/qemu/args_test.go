@@ -1,7 +1,6 @@
 package qemu
 
 import (
-	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"net"
 	"os"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -17,7 +17,7 @@ import (
 func serialLaunch() launch {
 	return launch{
 		cfg: vmm.Config{
-			ID:        "run_0123abcd",
+			ID:        "0a1b2c3d4e5f",
 			Kernel:    "/images/vmlinuz",
 			Initrd:    "/images/initrd.cpio",
 			RootDisk:  "/images/rootfs.ext4",
@@ -185,6 +185,8 @@ func TestArgsRejectBadConfig(t *testing.T) {
 		{"no guest channel", func(l *launch) { l.serialFD = 0 }, "exactly one guest channel"},
 		{"reserved cid", func(l *launch) { l.serialFD, l.vhostFD, l.vsockCID = 0, 4, 2 }, "guest cid"},
 		{"tap without mac", func(l *launch) { l.cfg.Tap, l.tapFD = os.Stdin, 5 }, "mac"},
+		{"tap not passed", func(l *launch) { l.cfg.Tap, l.cfg.MAC = os.Stdin, net.HardwareAddr{2, 0, 0, 0, 0, 1} }, "tap descriptor"},
+		{"relative pid file", func(l *launch) { l.pidFile = "pid" }, "pid file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,6 +197,16 @@ func TestArgsRejectBadConfig(t *testing.T) {
 				t.Fatalf("args() = %q, %v; want an error containing %q", args, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// The sockets the driver creates in Config.Dir fit a Unix socket address
+// whenever the Dir is valid.
+func TestSocketNamesFitTheDirBound(t *testing.T) {
+	for _, name := range []string{qmpSocketName, guestSocketName} {
+		if len(name) > vmm.MaxSocketNameLen {
+			t.Errorf("socket name %q is longer than vmm.MaxSocketNameLen (%d)", name, vmm.MaxSocketNameLen)
+		}
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
@@ -24,53 +26,30 @@ import (
 // a boot takes about 2.5 s there.
 const bootTimeout = 2 * time.Minute
 
-// requireQEMU skips when QEMU is missing; CI installs it.
-func requireQEMU(t testing.TB) {
-	t.Helper()
-	if err := Available(); err != nil {
-		t.Skipf("%v (CI installs it)", err)
-	}
-}
-
-// requireImage returns the guest image the CLI would use, or skips with
-// the command that builds it.
-func requireImage(t testing.TB) *image.Image {
-	t.Helper()
-	requireQEMU(t)
-	stateDir := os.Getenv("EPHEMERAL_STATE_DIR")
-	if stateDir == "" {
-		stateDir = "/var/lib/ephemeral"
-	}
-	img, err := image.Load(stateDir)
-	if errors.Is(err, image.ErrNoImage) {
-		t.Skipf("no guest image in %s: run `ephemeral image build` (as root) first: %v", stateDir, err)
-	}
-	if err != nil {
-		t.Fatalf("load guest image: %v", err)
-	}
-	return img
-}
-
 // requireVMMUser looks VMMUser up. Without the user it skips, or
 // fails under EPHEMERAL_REQUIRE_VM=1 (`make test`), whose install-deps
 // step creates it: there QEMU running as root is a regression.
 func requireVMMUser(t testing.TB) *user.User {
 	t.Helper()
 	u, err := user.Lookup(VMMUser)
-	if err == nil {
-		return u
+	if err != nil {
+		testenv.Skip(t, "QEMU would run as root: user %s: %v: run tools/install-deps.sh as root to create it", VMMUser, err)
 	}
-	why := fmt.Sprintf("user %s: %v: run tools/install-deps.sh as root to create it", VMMUser, err)
-	if os.Getenv("EPHEMERAL_REQUIRE_VM") == "1" {
-		t.Fatalf("EPHEMERAL_REQUIRE_VM=1 but QEMU would run as root: %s", why)
+	return u
+}
+
+// requireQEMU skips unless QEMU is installed, for tests that need the
+// binary but no guest image.
+func requireQEMU(t testing.TB) {
+	t.Helper()
+	if err := Available(); err != nil {
+		testenv.Skip(t, "%v", err)
 	}
-	t.Skip(why)
-	return nil
 }
 
 func testConfig(t testing.TB, img *image.Image) vmm.Config {
 	return vmm.Config{
-		ID:        "test_" + strconv.Itoa(os.Getpid()),
+		ID:        sandboxid.New(),
 		Kernel:    img.Kernel,
 		Initrd:    img.Initrd,
 		RootDisk:  img.RootDisk,
@@ -102,7 +81,7 @@ func assertEmptyDir(t *testing.T, dir string) {
 }
 
 func TestBootHello(t *testing.T) {
-	img := requireImage(t)
+	img := testenv.RequireVM(t)
 	cfg := testConfig(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
@@ -163,7 +142,7 @@ func TestBootHello(t *testing.T) {
 // What a guest that escapes into QEMU would hold: QEMU's seccomp filter,
 // VMMUser's uid without capabilities, and the VM directory as its root.
 func TestQEMUIsConfined(t *testing.T) {
-	img := requireImage(t)
+	img := testenv.RequireVM(t)
 	u := requireVMMUser(t)
 	uid, gid := u.Uid, u.Gid
 	cfg := testConfig(t, img)
@@ -229,7 +208,7 @@ func init() { runtime.LockOSThread() }
 // locked to its thread, which retires the thread (network namespace code
 // does this), must keep running.
 func TestMachineOutlivesStartingThread(t *testing.T) {
-	img := requireImage(t)
+	img := testenv.RequireVM(t)
 	cfg := testConfig(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
@@ -263,7 +242,7 @@ func TestMachineOutlivesStartingThread(t *testing.T) {
 // A guest that panics ends QEMU (panic=-1 and -no-reboot): Done closes by
 // itself and the console shows why.
 func TestGuestPanicEndsMachine(t *testing.T) {
-	img := requireImage(t)
+	img := testenv.RequireVM(t)
 	cfg := testConfig(t, img)
 	cfg.Cmdline = "rdinit=/does/not/exist init=/does/not/exist"
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
@@ -316,7 +295,7 @@ func TestStartFailureQuotesQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := vmm.Config{
-		ID: "bad_kernel", Kernel: notAKernel, Initrd: notAKernel, RootDisk: notAKernel,
+		ID: sandboxid.New(), Kernel: notAKernel, Initrd: notAKernel, RootDisk: notAKernel,
 		VCPUs: 1, MemoryMiB: 128, Dir: vmDir,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
@@ -360,14 +339,16 @@ exec sleep 1000
 func TestCancelDuringStartLeavesNothing(t *testing.T) {
 	binary, pidRecord := writeFakeQEMU(t)
 	cfg := vmm.Config{
-		ID: "cancelled", Kernel: "/nonexistent/vmlinuz", Initrd: "/nonexistent/initrd", RootDisk: "/nonexistent/root",
+		ID: sandboxid.New(), Kernel: "/nonexistent/vmlinuz", Initrd: "/nonexistent/initrd", RootDisk: "/nonexistent/root",
 		VCPUs: 1, MemoryMiB: 128, Dir: t.TempDir(),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// Cancel once the stand-in runs, while Start waits for QMP.
+	// Cancel once the stand-in runs, while Start waits for QMP. The
+	// deferred cancel runs first: a Start that failed before the stand-in
+	// ran must not leave the watcher waiting.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	wg.Go(func() {
 		for {
 			if _, err := os.Stat(pidRecord); err == nil {
@@ -428,6 +409,7 @@ func TestKillLeftover(t *testing.T) {
 	// The usual leftover: its daemon's crash did not kill it because
 	// switching user cleared its parent-death signal.
 	t.Run(VMMUser, func(t *testing.T) {
+		testenv.RequireRoot(t) // to switch to another user
 		testKillLeftover(t, confinement{runAs: VMMUser, uid: requireVMMUser(t).Uid})
 	})
 }
@@ -508,7 +490,7 @@ func TestKillLeftoverSparesStrangers(t *testing.T) {
 // Close. Besides ns/op it reports the driver's own share (launch to
 // running) and launch to Hello, the time a user waits for a usable guest.
 func BenchmarkBoot(b *testing.B) {
-	img := requireImage(b)
+	img := testenv.RequireVM(b)
 	driver := New("")
 	var toRunning, toHello time.Duration
 	for b.Loop() {

@@ -14,16 +14,16 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu/internal/qmp"
 )
 
@@ -105,6 +105,9 @@ const (
 // Start implements vmm.Driver. ctx bounds the start only; once Start has
 // returned, the machine runs until Close or until the guest powers off.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("qemu: start: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
@@ -122,16 +125,15 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	m := &machine{
 		dir:     cfg.Dir,
 		console: vmproc.NewTailBuffer(vmproc.ConsoleTailSize),
-		done:    make(chan struct{}),
 	}
-	var undo undoStack
-	defer undo.run()
+	var undo cleanup.Stack
+	defer undo.Run()
 	// Leftovers of an earlier VM in the same directory would make bind
 	// fail or point KillLeftover at a dead pid.
 	if err := m.removeFiles(); err != nil {
 		return nil, err
 	}
-	undo.push(func() { m.removeFiles() })
+	undo.AddErr(m.removeFiles)
 
 	var files childFiles
 	defer files.closeOwned()
@@ -144,28 +146,22 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	if err != nil {
 		return nil, err
 	}
-	m.cmd = exec.Command(d.binary, args...)
-	m.cmd.ExtraFiles = files.all
-	m.cmd.Stdout = m.console // the serial console
-	m.cmd.Stderr = m.console // QEMU's own complaints, next to what the guest said
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Its own group, so Close can kill everything it spawned ...
-		Setpgid: true,
-		// ... and it dies with the daemon, even on a crash. The kernel
-		// clears this when QEMU switches user (-runas), so from then on
-		// a crashed daemon leaves it running until KillLeftover finds it
-		// at the next start.
-		Pdeathsig: syscall.SIGKILL,
-	}
+	cmd := exec.Command(d.binary, args...)
+	cmd.ExtraFiles = files.all
+	cmd.Stdout = m.console // the serial console
+	cmd.Stderr = m.console // QEMU's own complaints, next to what the guest said
 	// A process that inherited the console pipe must not hold Wait open.
-	m.cmd.WaitDelay = time.Second
-
-	started := make(chan error, 1)
-	go m.run(started)
-	if err := <-started; err != nil {
+	cmd.WaitDelay = time.Second
+	// vmproc makes QEMU die with the daemon until it switches user
+	// (-runas), which clears the parent-death signal: from then on a
+	// crashed daemon leaves it running until KillLeftover finds it at the
+	// next start.
+	m.proc, err = vmproc.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}
-	undo.push(func() { m.Close() })
+	m.timings.Launched = m.proc.Launched()
+	undo.AddErr(m.Close)
 	// QEMU holds the sockets now; a parent copy would keep them alive
 	// after QEMU died and hang the QMP handshake below.
 	files.closeOwned()
@@ -174,7 +170,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 		return nil, err
 	}
 	m.timings.Running = time.Now()
-	undo.release()
+	undo.Release()
 	return m, nil
 }
 
@@ -261,7 +257,7 @@ func (m *machine) waitRunning(ctx context.Context, confine confinement) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("qemu: wait for running (state %q): %w", status.Status, ctx.Err())
-		case <-m.done:
+		case <-m.Done():
 			return m.startError(ctx, fmt.Errorf("state %q", status.Status))
 		case <-time.After(poll):
 		}
@@ -275,7 +271,7 @@ func (m *machine) waitRunning(ctx context.Context, confine confinement) error {
 func (m *machine) waitConfined(ctx context.Context, confine confinement) error {
 	const poll = 5 * time.Millisecond
 	for {
-		switched, err := confine.switched(m.cmd.Process.Pid)
+		switched, err := confine.switched(m.proc.Pid())
 		if err != nil {
 			return m.startError(ctx, err)
 		}
@@ -285,7 +281,7 @@ func (m *machine) waitConfined(ctx context.Context, confine confinement) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("qemu: wait for the switch to user %s: %w", confine.runAs, ctx.Err())
-		case <-m.done:
+		case <-m.Done():
 			return m.startError(ctx, fmt.Errorf("exited before switching to user %s", confine.runAs))
 		case <-time.After(poll):
 		}
@@ -299,7 +295,7 @@ func (m *machine) startError(ctx context.Context, err error) error {
 		return fmt.Errorf("qemu: start: %w", ctx.Err())
 	}
 	select {
-	case <-m.done:
+	case <-m.Done():
 		return m.exitError()
 	case <-time.After(time.Second):
 		// A live QEMU that broke QMP: say so, with what it printed.
@@ -323,16 +319,4 @@ func listenUnix(path string) (*os.File, error) {
 		return nil, fmt.Errorf("qemu: listen %s: %w", path, err)
 	}
 	return f, nil
-}
-
-// undoStack collects the cleanups of a multi-step setup; run undoes them
-// in reverse order unless release was called after the last step.
-type undoStack struct{ steps []func() }
-
-func (u *undoStack) push(f func()) { u.steps = append(u.steps, f) }
-func (u *undoStack) release()      { u.steps = nil }
-func (u *undoStack) run() {
-	for i := len(u.steps) - 1; i >= 0; i-- {
-		u.steps[i]()
-	}
 }

@@ -4,42 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/internal/vmproc"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
-// machine is one QEMU process. Its run goroutine is started by Start and
-// waited for by Close.
+// machine is one QEMU process.
 type machine struct {
 	dir      string
-	cmd      *exec.Cmd
+	proc     *vmproc.Process
 	vsockCID uint32 // 0: the guest channel is virtio-serial
 	console  *vmproc.TailBuffer
 	timings  vmm.Timings
-
-	// done is closed by run once QEMU has exited and been reaped; exitErr
-	// is set before.
-	done    chan struct{}
-	exitErr error
-
-	// mu orders Close's kill against run's reaping: while exited is false
-	// the QEMU process (at worst a zombie) still holds its pid, so its
-	// process group id cannot have been reused by a stranger.
-	mu     sync.Mutex
-	exited bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -47,45 +30,8 @@ type machine struct {
 
 var _ vmm.Machine = (*machine)(nil)
 
-// run starts QEMU, reports the outcome on started, then waits for QEMU
-// to exit and closes done. Close waits for it.
-//
-// It holds its OS thread from start to exit because Pdeathsig fires when
-// the forking thread ends, not the daemon: had any goroutine started QEMU,
-// the thread could later be retired (a goroutine that exits while locked
-// to it, as network namespace code does) and kill a healthy VM.
-func (m *machine) run(started chan<- error) {
-	defer close(m.done)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := m.cmd.Start(); err != nil {
-		m.exitErr = err
-		started <- err
-		return
-	}
-	m.timings.Launched = time.Now()
-	started <- nil
-
-	pid := m.cmd.Process.Pid
-	// Wait for the exit without reaping (WNOWAIT), so the pid stays ours
-	// while the rest of the group is killed under mu.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	m.mu.Lock()
-	// Anything QEMU left behind in its group goes with it.
-	syscall.Kill(-pid, syscall.SIGKILL)
-	m.exited = true
-	m.mu.Unlock()
-	m.exitErr = m.cmd.Wait()
-}
-
 // PID implements vmm.Machine.
-func (m *machine) PID() int { return m.cmd.Process.Pid }
+func (m *machine) PID() int { return m.proc.Pid() }
 
 // Timings implements vmm.Machine.
 func (m *machine) Timings() vmm.Timings { return m.timings }
@@ -95,19 +41,14 @@ func (m *machine) Timings() vmm.Timings { return m.timings }
 func (m *machine) Console() string { return m.console.String() }
 
 // Done implements vmm.Machine.
-func (m *machine) Done() <-chan struct{} { return m.done }
+func (m *machine) Done() <-chan struct{} { return m.proc.Done() }
 
 // Close implements vmm.Machine. It is idempotent, and concurrent calls all
 // return once the process is gone.
 func (m *machine) Close() error {
 	m.closeOnce.Do(func() {
-		m.mu.Lock()
-		if !m.exited {
-			// The whole group: QEMU and anything it spawned.
-			syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
-		}
-		m.mu.Unlock()
-		<-m.done
+		m.proc.Kill()
+		m.proc.Wait()
 		m.closeErr = m.removeFiles()
 	})
 	return m.closeErr
@@ -127,9 +68,9 @@ func (m *machine) removeFiles() error {
 	return nil
 }
 
-// exitError describes QEMU's exit; call it only after done is closed.
+// exitError describes QEMU's exit; call it only after Done is closed.
 func (m *machine) exitError() error {
-	return fmt.Errorf("qemu exited (%v); console:\n%s", m.exitErr, vmproc.PrintableTail(m.console.String()))
+	return fmt.Errorf("qemu exited (%v); console:\n%s", m.proc.Wait(), vmproc.PrintableTail(m.console.String()))
 }
 
 // DialGuest implements vmm.Machine. Over virtio-serial the connection is
@@ -138,7 +79,7 @@ func (m *machine) exitError() error {
 // connection to the guest may be open at a time.
 func (m *machine) DialGuest(ctx context.Context) (net.Conn, error) {
 	select {
-	case <-m.done:
+	case <-m.Done():
 		return nil, fmt.Errorf("qemu: dial guest: %w", m.exitError())
 	default:
 	}
@@ -165,7 +106,7 @@ func (m *machine) dialVsock(ctx context.Context) (net.Conn, error) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("qemu: dial guest vsock cid %d: %w (last: %v)", m.vsockCID, ctx.Err(), err)
-		case <-m.done:
+		case <-m.Done():
 			return nil, fmt.Errorf("qemu: dial guest vsock cid %d: %w", m.vsockCID, m.exitError())
 		case <-time.After(backoff):
 		}

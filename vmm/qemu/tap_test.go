@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -18,9 +19,7 @@ import (
 // that lives until the test ends, so the test touches no host network.
 func tapInThrowawayNamespace(t *testing.T) *os.File {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("creating a tap device needs root (CI runs as root): sudo go test ./vmm/qemu")
-	}
+	testenv.RequireRoot(t)
 	type result struct {
 		tap *os.File
 		err error
@@ -73,7 +72,7 @@ func openTestTap(name string) (*os.File, error) {
 
 // The guest gets exactly one network interface, with the MAC asked for.
 func TestBootWithTap(t *testing.T) {
-	img := requireImage(t)
+	img := testenv.RequireVM(t)
 	cfg := testConfig(t, img)
 	cfg.Tap = tapInThrowawayNamespace(t)
 	cfg.MAC = net.HardwareAddr{0x02, 0xe9, 0x00, 0x00, 0x00, 0x42}

@@ -1,20 +1,25 @@
 // Package recording captures the model exchanges of a run and replays them.
 //
 // Wrap puts a Recorder behind any provider: each Complete call is handed to
-// the Recorder as an Exchange (request, response or error, timing) that
-// marshals to JSON for storage with the run. Replay is a provider that
-// serves a stored run's responses again, turn by turn and deterministically,
-// while the tools they call really execute. Because tool output differs
-// between runs (a random scratch path), Replay compares only the shape of
-// each request (roles, tool call ids and names, which calls the results
-// answer, the tools offered) and refuses a conversation that diverges.
+// the Recorder as an Exchange (request, response or error, timing). A run
+// records with a Writer, which stores each exchange as it completes, through
+// a Sink (the run's store), as an entry holding only what changed since the
+// previous request: every request repeats the whole conversation so far, so
+// storing requests whole would grow with the square of the turns. The
+// Writer stops storing at a size cap and marks the recording truncated.
+//
+// WriteDocument joins stored entries into a recording file; Decode reads
+// one (this version's, and version 1's, which held every request whole)
+// and rebuilds each turn's full request. Replay is a provider that serves a
+// recording's responses again, turn by turn and deterministically, while
+// the tools they call really execute. Because tool output differs between
+// runs (a random scratch path), Replay compares only the shape of each
+// request (roles, tool call ids and names, which calls the results answer,
+// the tools offered) and refuses a conversation that diverges.
 package recording
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"time"
@@ -34,8 +39,8 @@ type Exchange struct {
 	Duration  time.Duration `json:"duration_ns"`
 }
 
-// Recorder receives every exchange as it completes. Record must not keep
-// the caller waiting long: it runs on the agent's path.
+// Recorder receives every exchange as it completes, in turn order. Record
+// runs on the agent's path: it must not keep the caller waiting long.
 type Recorder interface {
 	Record(Exchange)
 }
@@ -72,58 +77,8 @@ func (r *recorded) Complete(ctx context.Context, req model.Request) (model.Respo
 	return resp, err
 }
 
-// Log is a Recorder that keeps exchanges in memory. It is safe for
-// concurrent use.
-type Log struct {
-	mu        sync.Mutex
-	exchanges []Exchange
-}
-
-// Record appends ex.
-func (l *Log) Record(ex Exchange) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.exchanges = append(l.exchanges, ex)
-}
-
-// Exchanges returns what was recorded so far, in order.
-func (l *Log) Exchanges() []Exchange {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.exchanges)
-}
-
-// file is the stored form of a recording; the version lets a later format
-// refuse old files instead of misreading them.
-type file struct {
-	Version   int        `json:"version"`
-	Exchanges []Exchange `json:"exchanges"`
-}
-
-const fileVersion = 1
-
-// Encode writes exchanges as a recording file.
-func Encode(w io.Writer, exchanges []Exchange) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(file{Version: fileVersion, Exchanges: exchanges}); err != nil {
-		return fmt.Errorf("recording: encode: %w", err)
-	}
-	return nil
-}
-
-// Decode reads a recording file written by Encode.
-func Decode(r io.Reader) ([]Exchange, error) {
-	var f file
-	if err := json.NewDecoder(r).Decode(&f); err != nil {
-		return nil, fmt.Errorf("recording: decode: %w", err)
-	}
-	if f.Version != fileVersion {
-		return nil, fmt.Errorf("recording: version %d, want %d", f.Version, fileVersion)
-	}
-	return f.Exchanges, nil
-}
-
+// cloneRequest copies what a caller may change in place after the call
+// (the slices); the strings, the bulk of a conversation, are shared.
 func cloneRequest(req model.Request) model.Request {
 	req.BeforeRetry = nil // a func is not data
 	req.Messages = slices.Clone(req.Messages)

@@ -21,6 +21,9 @@ var (
 	// ErrRecordedFailure is returned for a turn whose recorded call
 	// failed, so a replay fails where the original did.
 	ErrRecordedFailure = errors.New("replay: the recorded call failed")
+	// ErrTruncated means the run asked for a turn the recording made but
+	// did not store: it was cut at its size cap.
+	ErrTruncated = errors.New("replay: the recording was cut at its size cap")
 )
 
 // Replay serves recorded responses in order. It is a model.Provider for one
@@ -28,13 +31,19 @@ var (
 type Replay struct {
 	mu        sync.Mutex
 	exchanges []Exchange
+	truncated *Truncation
 	next      int
 }
 
-// NewReplay checks that exchanges form a run (turns 1..n, each with a
-// response or an error) and returns a provider that replays it.
-func NewReplay(exchanges []Exchange) (*Replay, error) {
+// NewReplay checks that the recording's exchanges form a run (turns 1..n,
+// each with a response or an error) and returns a provider that replays
+// it. A truncated recording replays up to its cut.
+func NewReplay(rec Recording) (*Replay, error) {
+	exchanges := rec.Exchanges
 	if len(exchanges) == 0 {
+		if rec.Truncated != nil {
+			return nil, fmt.Errorf("%w of %d bytes before its first turn: nothing can be replayed", ErrTruncated, rec.Truncated.LimitBytes)
+		}
 		return nil, errors.New("replay: recording has no exchanges")
 	}
 	for i, ex := range exchanges {
@@ -45,7 +54,23 @@ func NewReplay(exchanges []Exchange) (*Replay, error) {
 			return nil, fmt.Errorf("replay: turn %d needs exactly one of response and error", ex.Turn)
 		}
 	}
-	return &Replay{exchanges: slices.Clone(exchanges)}, nil
+	if t := rec.Truncated; t != nil && t.KeptTurns != len(exchanges) {
+		return nil, fmt.Errorf("replay: the recording holds %d turns but says it was cut after turn %d", len(exchanges), t.KeptTurns)
+	}
+	r := &Replay{exchanges: slices.Clone(exchanges)}
+	if rec.Truncated != nil {
+		r.truncated = ptr(*rec.Truncated)
+	}
+	return r, nil
+}
+
+// Truncated reports where the recording was cut at its size cap, if it
+// was: a replay fails with ErrTruncated at the first turn it does not hold.
+func (r *Replay) Truncated() (Truncation, bool) {
+	if r.truncated == nil {
+		return Truncation{}, false
+	}
+	return *r.truncated, true
 }
 
 // Model is the model the recorded run asked for.
@@ -61,6 +86,10 @@ func (r *Replay) Complete(ctx context.Context, req model.Request) (model.Respons
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.next >= len(r.exchanges) {
+		if t := r.truncated; t != nil {
+			return model.Response{}, fmt.Errorf("turn %d: %w of %d bytes after turn %d: the run's %d later turns were not stored and cannot be replayed",
+				r.next+1, ErrTruncated, t.LimitBytes, t.KeptTurns, t.DroppedTurns)
+		}
 		return model.Response{}, fmt.Errorf("replay: turn %d of %d: %w", r.next+1, len(r.exchanges), ErrExhausted)
 	}
 	ex := r.exchanges[r.next]

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/internal/chspec"
 	"github.com/ephemeralhq/ephemeral/vmm/cloudhypervisor/internal/fdhttp"
 )
@@ -81,14 +82,7 @@ func mustJSON(v any) []byte {
 
 func loadContract(t *testing.T) *chspec.Contract {
 	t.Helper()
-	path, err := chspec.Find()
-	if errors.Is(err, chspec.ErrNotFound) {
-		t.Skipf("Cloud Hypervisor API description missing (%v): put %s in ../shared/reference/ beside the repository", err, chspec.FileName)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	contract, err := chspec.Load(context.Background(), path)
+	contract, err := chspec.Load(context.Background(), testenv.SharedReference(t, chspec.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,11 @@ func (blockingExecutor) Execute(ctx context.Context, spec runs.Spec, rec *runs.R
 	if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, nil); err != nil {
 		return runs.Result{}, err
 	}
+	// A command that is running when the daemon is killed.
+	if _, err := rec.StartContentEvent(time.Now(), timeline.Shell, timeline.Command("sleep infinity"),
+		map[string]any{"command": "sleep infinity", "state": timeline.Running}); err != nil {
+		return runs.Result{}, err
+	}
 	if err := rec.Charge(ledger.Usage{ModelCalls: 1, InputTokens: 900, ModelMicros: 500, VMTime: 5 * time.Second}); err != nil {
 		return runs.Result{}, err
 	}

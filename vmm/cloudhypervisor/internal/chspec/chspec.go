@@ -8,13 +8,9 @@ package chspec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -23,39 +19,10 @@ import (
 )
 
 // FileName is the API description of the Cloud Hypervisor release the
-// client is written against.
+// client is written against. It is a reference document kept beside the
+// repository, in shared/reference: tests find it with
+// testenv.SharedReference; the fake VMM is given its path.
 const FileName = "cloud-hypervisor-v53-openapi.yaml"
-
-// ErrNotFound reports that the API description is not on this machine.
-var ErrNotFound = errors.New("chspec: API description not found")
-
-// Find locates FileName in shared/reference beside the repository root,
-// which is found by walking up from the working directory to go.mod (tests
-// run in their package directory).
-func Find() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("chspec: getwd: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no go.mod above the working directory", ErrNotFound)
-		}
-		dir = parent
-	}
-	path := filepath.Join(dir, "..", "shared", "reference", FileName)
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("%w: %s does not exist", ErrNotFound, path)
-		}
-		return "", fmt.Errorf("chspec: %w", err)
-	}
-	return path, nil
-}
 
 // Contract validates traffic against one loaded API description.
 type Contract struct {

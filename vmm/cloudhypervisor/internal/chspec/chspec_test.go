@@ -2,22 +2,16 @@ package chspec
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ephemeralhq/ephemeral/internal/testenv"
 )
 
 func loadForTest(t *testing.T) *Contract {
 	t.Helper()
-	path, err := Find()
-	if errors.Is(err, ErrNotFound) {
-		t.Skipf("Cloud Hypervisor API description missing (%v): put %s in ../shared/reference/ beside the repository", err, FileName)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(context.Background(), path)
+	c, err := Load(context.Background(), testenv.SharedReference(t, FileName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,11 +115,6 @@ func (c *Client) Cont(ctx context.Context) error {
 	return c.Execute(ctx, "cont", nil, nil)
 }
 
-// Quit asks QEMU to exit. QEMU replies before it exits.
-func (c *Client) Quit(ctx context.Context) error {
-	return c.Execute(ctx, "quit", nil, nil)
-}
-
 // command is one request on the wire.
 type command struct {
 	Execute   string `json:"execute"`

@@ -216,7 +216,7 @@ func TestCancelUnblocksCall(t *testing.T) {
 func TestDeadlineUnblocksCall(t *testing.T) {
 	client, server := net.Pipe()
 	fakeQEMU(t, server, greeting, func(execute, id string) string {
-		if execute == "quit" {
+		if execute == "cont" {
 			return ""
 		}
 		return okReply(id)
@@ -228,8 +228,8 @@ func TestDeadlineUnblocksCall(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := c.Quit(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Quit error = %v, want context.DeadlineExceeded", err)
+	if err := c.Cont(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Cont error = %v, want context.DeadlineExceeded", err)
 	}
 }
 

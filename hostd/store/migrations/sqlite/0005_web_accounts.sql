@@ -25,7 +25,9 @@ CREATE TABLE sessions (
 	expires_at   INTEGER NOT NULL  -- absolute expiry
 );
 CREATE INDEX sessions_user ON sessions (user_id);
+-- Expired sessions are deleted by either expiry.
 CREATE INDEX sessions_expires ON sessions (expires_at);
+CREATE INDEX sessions_last_seen ON sessions (last_seen_at);
 -- Attempts counted in fixed windows for rate limits: failed sign-ins per
 -- account and per client address, registrations per address. In the
 -- database so that several daemons share the count.
@@ -34,12 +36,16 @@ CREATE TABLE auth_attempts (
 	window_start INTEGER NOT NULL,
 	attempts     INTEGER NOT NULL
 );
+-- Ended windows are deleted.
+CREATE INDEX auth_attempts_window ON auth_attempts (window_start);
 -- When each API key was last used, written at most once a minute per key;
 -- its own small table so that authenticating never rewrites api_keys.
 CREATE TABLE api_key_use (
 	key_id       TEXT PRIMARY KEY REFERENCES api_keys (id),
 	last_used_at INTEGER NOT NULL
 );
+-- A member lists the organisation's keys.
+CREATE INDEX api_keys_org ON api_keys (org_id, created_at);
 -- A run shown read-only to anyone with its link. The slug is random: the
 -- link cannot be guessed from the run id.
 CREATE TABLE published_runs (
