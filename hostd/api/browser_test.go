@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 )
@@ -169,5 +171,48 @@ func TestListRunsByStatus(t *testing.T) {
 	}
 	if resp := h.do("GET", "/v1/runs?status=done", ""); resp.status != http.StatusBadRequest {
 		t.Errorf("unknown status: %d", resp.status)
+	}
+}
+
+// A browser's event stream is checked against its session, as a key's is
+// against the key: it stays open while the session lives, through many
+// re-checks, and ends once the browser signs out.
+func TestSessionEventStreamEndsWithTheSession(t *testing.T) {
+	steps := make(chan string)
+	defer close(steps)
+	h := newHarness(t, harnessConfig{executor: steppedExecutor(steps), credentialRecheck: 20 * time.Millisecond})
+	cookie, _ := h.register("ada@example.org")
+	resp := h.do("POST", "/v1/runs", productPageRequest, "Authorization", "", "Cookie", cookie, "Sec-Fetch-Site", "same-origin")
+	if resp.status != http.StatusCreated {
+		t.Fatalf("POST /v1/runs with the cookie: %d %s", resp.status, resp.body)
+	}
+	var run runJSON
+	resp.decode(t, &run)
+	req, _ := http.NewRequest("GET", h.url+"/v1/runs/"+run.ID+"/events", nil)
+	req.Header.Set("Cookie", cookie)
+	req.Header.Set("Accept", "text/event-stream")
+	stream, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	events := newSSEReader(stream)
+	if e := events.next(t); e.event != "timeline" {
+		t.Fatalf("first event %+v", e)
+	}
+	for i := range 3 {
+		time.Sleep(100 * time.Millisecond) // several re-checks of the session
+		steps <- fmt.Sprint("step ", i)
+		if e := events.next(t); e.event != "timeline" || !strings.Contains(e.data, fmt.Sprint("step ", i)) {
+			t.Fatalf("event %d with the session live: %+v", i, e)
+		}
+	}
+	if err := h.accounts.SignOut(context.Background(), strings.TrimPrefix(cookie, accounts.CookieName+"=")); err != nil {
+		t.Fatal(err)
+	}
+	e := events.next(t)
+	var body struct{ Error apiError }
+	if e.event != "revoked" || jsonUnmarshal([]byte(e.data), &body) != nil || body.Error.Code != "session_expired" {
+		t.Fatalf("event after signing out %+v, want revoked (session_expired)", e)
 	}
 }
