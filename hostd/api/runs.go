@@ -3,9 +3,12 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
@@ -236,7 +239,12 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after must be a run id"))
 		return
 	}
-	list, more, err := s.store.ListRuns(r.Context(), orgID, after, limit)
+	status := store.Status(q.Get("status"))
+	if status != "" && !slices.Contains(store.Statuses, status) {
+		writeError(w, badParam("status", "parameter_invalid", fmt.Sprintf("status must be one of %s", statusNames())))
+		return
+	}
+	list, more, err := s.store.ListRunsWithStatus(r.Context(), orgID, status, after, limit)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, badParam("starting_after", "parameter_invalid", "starting_after names no run of this organisation"))
 		return
@@ -258,6 +266,15 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 		page.NextCursor = &list[len(list)-1].ID
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// statusNames lists the statuses a run can have, for error messages.
+func statusNames() string {
+	names := make([]string, len(store.Statuses))
+	for i, st := range store.Statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (s *Server) balance(w http.ResponseWriter, r *http.Request, orgID string) {
