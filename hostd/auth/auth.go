@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -66,10 +67,15 @@ func ParseID(secret string) (string, error) {
 	return id, nil
 }
 
-// keyStore finds stored keys by id.
+// keyStore finds stored keys by id and records their use.
 type keyStore interface {
 	KeyByID(ctx context.Context, id string) (store.APIKey, error)
+	TouchKey(ctx context.Context, id string, now time.Time) error
 }
+
+// LastUseGranularity is how stale a key's recorded last use may get: a key
+// used constantly costs one write per this interval, not one per request.
+const LastUseGranularity = time.Minute
 
 // Principal is who a valid key speaks for.
 type Principal struct {
@@ -78,7 +84,7 @@ type Principal struct {
 }
 
 // Authenticate checks an Authorization header value ("Bearer eph_...") and
-// returns the key's id and organisation.
+// returns the key's id and organisation, recording that the key was used.
 func Authenticate(ctx context.Context, keys keyStore, header string) (Principal, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -97,6 +103,10 @@ func Authenticate(ctx context.Context, keys keyStore, header string) (Principal,
 	}
 	if subtle.ConstantTimeCompare(k.Hash, Hash(strings.TrimSpace(secret))) != 1 || k.Revoked {
 		return Principal{}, ErrUnauthenticated
+	}
+	if now := time.Now(); k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= LastUseGranularity {
+		// A failed write costs the key's last-use time, not the request.
+		_ = keys.TouchKey(ctx, id, now)
 	}
 	return Principal{KeyID: k.ID, OrgID: k.OrgID}, nil
 }
