@@ -47,6 +47,9 @@ var runCommand = &cli.Command{
 }
 
 func runOnce(c *cli.Context) error {
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return err
+	}
 	loaded, err := loadConfig(c)
 	if err != nil {
 		return err
