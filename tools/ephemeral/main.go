@@ -11,9 +11,11 @@ import (
 )
 
 func main() {
+	cli.VersionPrinter = printVersion
 	app := &cli.App{
-		Name:  "ephemeral",
-		Usage: "run untrusted, AI-written code in disposable microVMs",
+		Name:    "ephemeral",
+		Usage:   "run untrusted, AI-written code in disposable microVMs",
+		Version: readBuild().version,
 		// Every command reads the configuration (see hostd/config);
 		// these two settings may also come before the command.
 		Flags:                settingFlags("config", "state-dir"),
