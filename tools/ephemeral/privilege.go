@@ -30,7 +30,7 @@ func requireRoot(c *cli.Context, why string) error {
 	if os.Geteuid() == 0 {
 		return nil
 	}
-	return cli.Exit(fmt.Sprintf("%s needs root: %s (run it with sudo)", commandPath(c), why), exitNoPermission)
+	return cli.Exit(fmt.Sprintf("ephemeral %s needs root: %s (run it with sudo)", commandPath(c), why), exitNoPermission)
 }
 
 // needStateDir refuses, in one sentence, to open the daemon's database in a
@@ -47,17 +47,18 @@ func needStateDir(c *cli.Context, dir string) error {
 		probe, mode = filepath.Dir(probe), unix.W_OK|unix.X_OK
 	}
 	if err := unix.Access(probe, mode); errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		return cli.Exit(fmt.Sprintf("%s needs to read and write the daemon's state directory %s, "+
+		return cli.Exit(fmt.Sprintf("ephemeral %s needs to read and write the daemon's state directory %s, "+
 			"which only its owner may use (run it with sudo, as the user ephemeral serve runs as)", commandPath(c), dir), exitNoPermission)
 	}
 	return nil
 }
 
-// commandPath is the command as typed, e.g. "ephemeral sandbox exec".
+// commandPath is the command as typed after the program's name, e.g.
+// "sandbox exec".
 func commandPath(c *cli.Context) string {
 	var names []string
 	for _, ctx := range c.Lineage() {
-		if ctx.Command != nil && ctx.Command.Name != "" {
+		if ctx.Command != nil && ctx.Command.Name != "" && ctx.Command.Name != c.App.Name {
 			names = append([]string{ctx.Command.Name}, names...)
 		}
 	}
