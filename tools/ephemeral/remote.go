@@ -42,13 +42,13 @@ var runsCommand = &cli.Command{
 			Flags: append(clientFlags(),
 				&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "request.json: the run request (- for stdin)"},
 				&cli.StringFlag{Name: "prompt", Usage: "the task (prompt)"},
-				&cli.StringFlag{Name: "model", Usage: "the model (model; default: the daemon's)"},
+				&cli.StringFlag{Name: "model", Usage: "the model (model)", DefaultText: "the daemon's default-model"},
 				&cli.BoolFlag{Name: "shell", Usage: "grant the shell in the microVM (shell)"},
 				&cli.BoolFlag{Name: "web", Usage: "grant web access through the broker (web)"},
 				&cli.StringSliceFlag{Name: "connection", Usage: "grant a connection, NAME:METHOD[,METHOD...] (connections; repeatable)"},
 				&cli.StringSliceFlag{Name: "input", Usage: "put a local file in the run's scratch directory, PATH=LOCAL_FILE (files; repeatable)"},
-				&cli.Int64Flag{Name: "timeout-seconds", Usage: "hard timeout (timeout_seconds; default 120)"},
-				&cli.Int64Flag{Name: "max-cost-micros", Usage: "hard budget in micro-dollars, 40000 = $0.04 (max_cost_micros)"},
+				&cli.Int64Flag{Name: "timeout-seconds", Usage: "hard timeout (timeout_seconds)", DefaultText: "the API's, 120"},
+				&cli.Int64Flag{Name: "max-cost-micros", Usage: "hard budget in micro-dollars, 40000 = $0.04 (max_cost_micros)", DefaultText: "none: required"},
 				&cli.BoolFlag{Name: "zero-data-retention", Usage: "keep no prompt, timeline content or recording (zero_data_retention)"},
 				&cli.StringFlag{Name: "idempotency-key", Usage: "Idempotency-Key to send (default: a new random one)"},
 				&cli.BoolFlag{Name: "follow", Usage: "print the timeline as it happens, exit with the run's outcome"},
@@ -74,7 +74,7 @@ var runsCommand = &cli.Command{
 		{
 			Name: "list", Usage: "list runs, newest first", Flags: append(clientFlags(),
 				&cli.StringFlag{Name: "status", Usage: "only runs in this status: queued, running, succeeded, failed, timed_out, budget_exceeded, canceled"},
-				&cli.IntFlag{Name: "limit", Usage: "runs per page, 1 to 100 (default 20)"},
+				&cli.IntFlag{Name: "limit", Usage: "runs per page, 1 to 100", DefaultText: "the API's, 20"},
 				&cli.StringFlag{Name: "starting-after", Usage: "the page after this run id (the cursor the previous page printed)"},
 				&cli.BoolFlag{Name: "all", Usage: "every page, not just the first"},
 			),
@@ -227,7 +227,7 @@ func createRun(c *cli.Context) error {
 		}
 		if !c.Bool("follow") {
 			if !c.Bool("json") {
-				fmt.Fprintf(c.App.ErrWriter, "follow it with: ephemeral runs events %s --follow\n", run.ID)
+				fmt.Fprintf(c.App.ErrWriter, "follow it with: ephemeral runs events %s --follow\n", printable(run.ID))
 			}
 			return nil
 		}

@@ -32,9 +32,9 @@ type Options struct {
 	// (default 30 s), and the wait for an event stream's response headers.
 	RequestTimeout time.Duration
 	// MaxRetries is how often a request that is safe to repeat is sent
-	// again after 429 Too Many Requests (default 3); MaxRetryWait is the
-	// longest Retry-After honoured (default 30 s): a longer one is
-	// returned as the error, with its RetryAfter.
+	// again after 429 Too Many Requests (default 3; negative: never).
+	// MaxRetryWait is the longest Retry-After honoured (default 30 s): a
+	// longer one is returned as the error, with its RetryAfter.
 	MaxRetries   int
 	MaxRetryWait time.Duration
 	// StreamIdle is how long an event stream may stay silent before it
@@ -109,17 +109,13 @@ func New(opts Options) (*Client, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	transport.TLSHandshakeTimeout = 10 * time.Second
-	transport.ResponseHeaderTimeout = opts.RequestTimeout
 	return &Client{base: base, key: opts.APIKey, http: &http.Client{Transport: transport}, opts: opts}, nil
 }
 
+// defaultBackoff waits 250 ms, 500 ms, ... up to 8 s.
 func defaultBackoff(n int) time.Duration {
-	d := 250 * time.Millisecond << min(n-1, 5)
-	return min(d, 8*time.Second)
+	return 250 * time.Millisecond << min(n-1, 5)
 }
-
-// URL is the daemon's base URL.
-func (c *Client) URL() string { return c.base.String() }
 
 // NewIdempotencyKey returns a random UUID (version 4) for Idempotency-Key.
 func NewIdempotencyKey() string {
@@ -180,48 +176,48 @@ type request struct {
 	repeatable bool
 }
 
-// do sends req and returns the response's status, headers and body, or an
-// *Error for a status of 400 or more.
-func (c *Client) do(ctx context.Context, req request) (int, http.Header, []byte, error) {
+// do sends req and returns the response's status and body, or an *Error
+// for a status of 400 or more.
+func (c *Client) do(ctx context.Context, req request) (int, []byte, error) {
 	for attempt := 0; ; attempt++ {
-		status, header, body, err := c.once(ctx, req)
+		status, body, err := c.once(ctx, req)
 		var apiErr *Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || !req.repeatable || attempt >= c.opts.MaxRetries {
-			return status, header, body, err
+			return status, body, err
 		}
 		wait := apiErr.RetryAfter
 		if wait <= 0 {
 			wait = c.opts.Backoff(attempt + 1)
 		}
 		if wait > c.opts.MaxRetryWait {
-			return status, header, body, err
+			return status, body, err
 		}
 		c.opts.Logf("%s %s: %s; retrying in %s", req.method, req.path, apiErr.Message, wait)
 		if err := sleep(ctx, wait); err != nil {
-			return 0, nil, nil, err
+			return 0, nil, err
 		}
 	}
 }
 
-func (c *Client) once(ctx context.Context, req request) (int, http.Header, []byte, error) {
+func (c *Client) once(ctx context.Context, req request) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
 	resp, err := c.send(ctx, req)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, resp.Header, nil, readError(resp)
+		return resp.StatusCode, nil, readError(resp)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes+1))
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("%s %s: read the answer: %w", req.method, req.path, err)
+		return 0, nil, fmt.Errorf("%s %s: read the answer: %w", req.method, req.path, err)
 	}
 	if len(body) > maxBodyBytes {
-		return 0, nil, nil, fmt.Errorf("%s %s: the answer exceeds %d bytes", req.method, req.path, maxBodyBytes)
+		return 0, nil, fmt.Errorf("%s %s: the answer exceeds %d bytes", req.method, req.path, maxBodyBytes)
 	}
-	return resp.StatusCode, resp.Header, body, nil
+	return resp.StatusCode, body, nil
 }
 
 // send sends req with the key and returns the response, whatever its status.
@@ -261,8 +257,11 @@ func (c *Client) send(ctx context.Context, req request) (*http.Response, error) 
 	}
 	resp, err := c.http.Do(hr)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s %s: no answer from %s within %s", req.method, req.path, c.base.Redacted(), c.opts.RequestTimeout)
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx) // the caller gave up
 		}
 		return nil, fmt.Errorf("%s %s: cannot reach the daemon at %s (is ephemeral serve running there?): %w",
 			req.method, req.path, c.base.Redacted(), unwrapURLError(err))

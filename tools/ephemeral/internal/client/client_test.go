@@ -231,3 +231,13 @@ func TestIdempotencyKeysAreUUIDs(t *testing.T) {
 		t.Errorf("%s %s", a, b)
 	}
 }
+
+// A daemon that does not answer is given RequestTimeout, then named.
+func TestRequestTimeout(t *testing.T) {
+	hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c, _ := newTestClient(t, hang, Options{RequestTimeout: 50 * time.Millisecond})
+	_, err := c.Balance(context.Background())
+	if err == nil || !regexp.MustCompile(`^GET /v1/balance: no answer from http://127\.0\.0\.1:\d+ within 50ms$`).MatchString(err.Error()) {
+		t.Errorf("%v", err)
+	}
+}

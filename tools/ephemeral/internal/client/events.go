@@ -66,6 +66,10 @@ type brokenStream struct {
 func (b *brokenStream) Error() string { return b.err.Error() }
 func (b *brokenStream) Unwrap() error { return b.err }
 
+// errNoAnswer ends a connection whose answer did not begin within
+// RequestTimeout.
+var errNoAnswer = errors.New("the daemon did not answer the event-stream request in time")
+
 // errStreamSilent ends a connection that sent nothing, not even a
 // keep-alive, for StreamIdle.
 var errStreamSilent = errors.New("the event stream went silent")
@@ -80,7 +84,10 @@ func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func
 	if *last > 0 {
 		header.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
 	}
+	// The stream has no deadline, but its answer must begin in time.
+	waiting := time.AfterFunc(c.opts.RequestTimeout, func() { cancel(errNoAnswer) })
 	resp, err := c.send(connCtx, request{method: http.MethodGet, path: runPath(id, "/events"), header: header})
+	waiting.Stop()
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", false, context.Cause(ctx)

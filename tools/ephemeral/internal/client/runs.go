@@ -121,7 +121,7 @@ func (c *Client) CreateRun(ctx context.Context, body []byte, idempotencyKey stri
 		req.header.Set("Idempotency-Key", idempotencyKey)
 		req.repeatable = true
 	}
-	status, _, raw, err := c.do(ctx, req)
+	status, raw, err := c.do(ctx, req)
 	if err != nil {
 		return Run{}, false, err
 	}
@@ -131,7 +131,7 @@ func (c *Client) CreateRun(ctx context.Context, body []byte, idempotencyKey stri
 
 // GetRun fetches a run.
 func (c *Client) GetRun(ctx context.Context, id string) (Run, error) {
-	_, _, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, ""), repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, ""), repeatable: true})
 	if err != nil {
 		return Run{}, err
 	}
@@ -158,7 +158,7 @@ func (c *Client) ListRuns(ctx context.Context, p ListParams) (RunList, json.RawM
 	if p.StartingAfter != "" {
 		q.Set("starting_after", p.StartingAfter)
 	}
-	_, _, raw, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/runs", query: q, repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/runs", query: q, repeatable: true})
 	if err != nil {
 		return RunList{}, nil, err
 	}
@@ -187,7 +187,7 @@ func (c *Client) Events(ctx context.Context, id string, after int64) (EventList,
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
 	}
-	_, _, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, "/events"), query: q, repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, "/events"), query: q, repeatable: true})
 	if err != nil {
 		return EventList{}, err
 	}
@@ -211,7 +211,7 @@ func (c *Client) Events(ctx context.Context, id string, after int64) (EventList,
 
 // CancelRun stops a run; a run that has ended is returned unchanged.
 func (c *Client) CancelRun(ctx context.Context, id string) (Run, error) {
-	_, _, raw, err := c.do(ctx, request{method: http.MethodPost, path: runPath(id, "/cancel"), repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodPost, path: runPath(id, "/cancel"), repeatable: true})
 	if err != nil {
 		return Run{}, err
 	}
@@ -221,7 +221,7 @@ func (c *Client) CancelRun(ctx context.Context, id string) (Run, error) {
 // DeleteRun purges a finished run's content (prompt, timeline, output,
 // recording); what it cost is kept.
 func (c *Client) DeleteRun(ctx context.Context, id string) (Run, error) {
-	_, _, raw, err := c.do(ctx, request{method: http.MethodDelete, path: runPath(id, ""), repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodDelete, path: runPath(id, ""), repeatable: true})
 	if err != nil {
 		return Run{}, err
 	}
@@ -231,7 +231,7 @@ func (c *Client) DeleteRun(ctx context.Context, id string) (Run, error) {
 // Recording fetches the run's recording of its model turns: the document
 // ephemeral run --replay reads.
 func (c *Client) Recording(ctx context.Context, id string) ([]byte, error) {
-	_, _, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, "/recording"), repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodGet, path: runPath(id, "/recording"), repeatable: true})
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func (c *Client) Recording(ctx context.Context, id string) ([]byte, error) {
 
 // Balance fetches the organisation's balance.
 func (c *Client) Balance(ctx context.Context) (Balance, error) {
-	_, _, raw, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/balance", repeatable: true})
+	_, raw, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/balance", repeatable: true})
 	if err != nil {
 		return Balance{}, err
 	}
