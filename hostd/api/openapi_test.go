@@ -112,6 +112,8 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"GET", "/v1/runs", "", nil, 200, false},
 		{"GET", "/v1/runs?limit=1", "", nil, 200, false},
 		{"GET", "/v1/runs?limit=0", "", nil, 400, true},
+		{"GET", "/v1/runs?status=succeeded&limit=1", "", nil, 200, false},
+		{"GET", "/v1/runs?status=done", "", nil, 400, true},
 		{"GET", "/v1/runs/" + run.ID, "", nil, 200, false},
 		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 404, false},
 		{"GET", "/v1/runs/" + run.ID, "", []string{"Authorization", "Bearer nope"}, 401, false},

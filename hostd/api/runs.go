@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
@@ -268,6 +269,15 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 		page.NextCursor = &list[len(list)-1].ID
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// statusNames lists the statuses a run can have, for error messages.
+func statusNames() string {
+	names := make([]string, len(store.Statuses))
+	for i, st := range store.Statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (s *Server) balance(w http.ResponseWriter, r *http.Request, orgID string) {

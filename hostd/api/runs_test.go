@@ -586,6 +586,62 @@ func TestListRunsPaginatesNewestFirst(t *testing.T) {
 	}
 }
 
+// ?status= lists only the runs in that status, newest first, a page at a
+// time; the cursor may name a run in another status.
+func TestListRunsFiltersByStatus(t *testing.T) {
+	h := newHarness(t, harnessConfig{executor: scriptedExecutor(func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+		if strings.Contains(spec.Prompt, "fail") {
+			return runs.Result{}, errors.New("the model broke")
+		}
+		return productPageRun(ctx, spec, rec)
+	})})
+	failing := strings.Replace(productPageRequest, "This is a sandbox test.", "This run will fail.", 1)
+	var all, failed []string
+	for i := range 5 {
+		body := productPageRequest
+		if i%2 == 1 {
+			body = failing
+		}
+		run := h.createRun(body)
+		if h.waitFinished(run.ID).Status == store.Failed {
+			failed = append([]string{run.ID}, failed...)
+		}
+		all = append([]string{run.ID}, all...)
+	}
+	list := func(query string) (ids []string, statuses []store.Status, next *string) {
+		var page struct {
+			Data       []runJSON
+			NextCursor *string `json:"next_cursor"`
+		}
+		h.do("GET", "/v1/runs?"+query, "").decode(t, &page)
+		for _, r := range page.Data {
+			ids, statuses = append(ids, r.ID), append(statuses, r.Status)
+		}
+		return ids, statuses, page.NextCursor
+	}
+	if ids, _, next := list("status=failed"); fmt.Sprint(ids) != fmt.Sprint(failed) || next != nil || len(failed) != 2 {
+		t.Errorf("failed runs %v (next %v), want %v", ids, next, failed)
+	}
+	ids, statuses, next := list("status=succeeded&limit=2")
+	if fmt.Sprint(ids) != fmt.Sprint([]string{all[0], all[2]}) || next == nil || *next != all[2] {
+		t.Fatalf("first page of succeeded runs %v %v (next %v), want %v", ids, statuses, next, []string{all[0], all[2]})
+	}
+	if ids, _, next := list("status=succeeded&limit=2&starting_after=" + *next); fmt.Sprint(ids) != fmt.Sprint([]string{all[4]}) || next != nil {
+		t.Errorf("second page of succeeded runs %v (next %v), want %v", ids, next, all[4])
+	}
+	// A cursor from the unfiltered list: the failed run all[1].
+	if ids, _, _ := list("status=succeeded&starting_after=" + all[1]); fmt.Sprint(ids) != fmt.Sprint([]string{all[2], all[4]}) {
+		t.Errorf("succeeded runs after %s: %v", all[1], ids)
+	}
+	if ids, _, _ := list("status=running"); len(ids) != 0 {
+		t.Errorf("running runs: %v", ids)
+	}
+	resp := h.do("GET", "/v1/runs?status=done", "")
+	if e := resp.apiError(t); resp.status != http.StatusBadRequest || e.Param != "status" || !strings.Contains(e.Message, "budget_exceeded") {
+		t.Errorf("unknown status: %d %+v", resp.status, e)
+	}
+}
+
 func TestBalanceEndpoint(t *testing.T) {
 	h := newHarness(t, harnessConfig{credit: 1_000_000})
 	h.waitFinished(h.createRun(productPageRequest).ID)

@@ -82,3 +82,36 @@ func FuzzParseID(f *testing.F) {
 		}
 	})
 }
+
+// A key's last use is recorded when it authenticates, at most once per
+// LastUseGranularity; a key that fails to authenticate is not touched.
+func TestAuthenticateRecordsLastUse(t *testing.T) {
+	good, revoked := NewKey(), NewKey()
+	keys := keyMap{
+		good.ID:    {ID: good.ID, OrgID: "org_a", Hash: good.Hash},
+		revoked.ID: {ID: revoked.ID, OrgID: "org_a", Hash: revoked.Hash, Revoked: true},
+	}
+	ctx := context.Background()
+	before := time.Now()
+	if _, err := Authenticate(ctx, keys, "Bearer "+good.Secret); err != nil {
+		t.Fatal(err)
+	}
+	first := keys[good.ID].LastUsedAt
+	if first == nil || first.Before(before) {
+		t.Fatalf("last use after authenticating: %v", first)
+	}
+	if _, err := Authenticate(ctx, keys, "Bearer "+good.Secret); err != nil || keys[good.ID].LastUsedAt != first {
+		t.Errorf("a second use within %v wrote again: %v (%v)", LastUseGranularity, keys[good.ID].LastUsedAt, err)
+	}
+	stale := first.Add(-LastUseGranularity)
+	keys[good.ID] = store.APIKey{ID: good.ID, OrgID: "org_a", Hash: good.Hash, LastUsedAt: &stale}
+	if _, err := Authenticate(ctx, keys, "Bearer "+good.Secret); err != nil || keys[good.ID].LastUsedAt == &stale {
+		t.Errorf("a use a minute later was not recorded: %v (%v)", keys[good.ID].LastUsedAt, err)
+	}
+	keys[good.ID] = store.APIKey{ID: good.ID, OrgID: "org_a", Hash: good.Hash, LastUsedAt: &stale}
+	Authenticate(ctx, keys, "Bearer "+revoked.Secret)
+	Authenticate(ctx, keys, "Bearer eph_"+good.ID+"_"+strings.Repeat("A", 43)) // right id, wrong secret
+	if keys[revoked.ID].LastUsedAt != nil || keys[good.ID].LastUsedAt != &stale {
+		t.Errorf("failed authentications touched keys: revoked %v, forged %v", keys[revoked.ID].LastUsedAt, keys[good.ID].LastUsedAt)
+	}
+}

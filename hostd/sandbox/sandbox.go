@@ -122,17 +122,21 @@ func NewManager(cfg Config) (*Manager, error) {
 // Driver names the VMM in use.
 func (m *Manager) Driver() string { return m.driver.Name() }
 
-// Describe says how VMs run here, for logs and benchmarks: the VMM, its
+// Describe says how VMs run here, for logs and benchmarks (see
+// DescribeDriver).
+func (m *Manager) Describe() string { return DescribeDriver(m.driver) }
+
+// DescribeDriver says how the driver runs VMs on this host: the VMM, its
 // accelerator and its confinement where the driver reports them, e.g.
 // "qemu (tcg; seccomp, runs as ephemeral-vmm in a chroot)".
-func (m *Manager) Describe() string {
+func DescribeDriver(driver vmm.Driver) string {
 	var parts []string
-	if d, ok := m.driver.(interface{ Accelerator() (string, error) }); ok {
+	if d, ok := driver.(interface{ Accelerator() (string, error) }); ok {
 		if acc, err := d.Accelerator(); err == nil {
 			parts = append(parts, acc)
 		}
 	}
-	if d, ok := m.driver.(interface{ Confinement() (string, error) }); ok {
+	if d, ok := driver.(interface{ Confinement() (string, error) }); ok {
 		c, err := d.Confinement()
 		if err != nil {
 			c = "confinement unknown: " + err.Error()
@@ -140,9 +144,9 @@ func (m *Manager) Describe() string {
 		parts = append(parts, c)
 	}
 	if len(parts) == 0 {
-		return m.driver.Name()
+		return driver.Name()
 	}
-	return m.driver.Name() + " (" + strings.Join(parts, "; ") + ")"
+	return driver.Name() + " (" + strings.Join(parts, "; ") + ")"
 }
 
 // Image is the guest image sandboxes boot from.

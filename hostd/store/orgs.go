@@ -21,9 +21,10 @@ type Org struct {
 
 // Member is a person in an organisation who may hold API keys.
 type Member struct {
-	ID    string
-	OrgID string
-	Email string
+	ID        string
+	OrgID     string
+	Email     string
+	CreatedAt time.Time
 }
 
 // APIKey is a stored key: only the hash of the secret is kept.
@@ -44,10 +45,18 @@ func newID(prefix string, bytes int) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// CreateOrg creates an organisation with an empty account.
+// CreateOrg creates an organisation with an empty account. A name taken
+// already is ErrExists.
 func (s *Store) CreateOrg(ctx context.Context, name string) (Org, error) {
-	o := Org{ID: newID("org_", 8), Name: name, CreatedAt: time.Now().UTC()}
+	o := Org{ID: newID("org_", 8), Name: name, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var taken bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM orgs WHERE name = ?)`, name).Scan(&taken); err != nil {
+			return fmt.Errorf("store: create org %q: %w", name, err)
+		}
+		if taken {
+			return fmt.Errorf("store: create org %q: %w", name, ErrExists)
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)`,
 			o.ID, o.Name, millis(o.CreatedAt)); err != nil {
 			return fmt.Errorf("store: create org %q: %w", name, err)
@@ -73,15 +82,80 @@ func (s *Store) OrgByName(ctx context.Context, name string) (Org, error) {
 	return o, nil
 }
 
-// AddMember adds a member to an organisation.
-func (s *Store) AddMember(ctx context.Context, orgID, email string) (Member, error) {
-	m := Member{ID: newID("mem_", 8), OrgID: orgID, Email: email}
-	_, err := s.write.ExecContext(ctx, `INSERT INTO members (id, org_id, email, created_at) VALUES (?, ?, ?, ?)`,
-		m.ID, orgID, email, millis(time.Now()))
+// OrgsPage returns up to limit organisations in name order, starting after
+// the name after (empty: from the first), and whether more follow.
+func (s *Store) OrgsPage(ctx context.Context, after string, limit int) ([]Org, bool, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT id, name, created_at FROM orgs WHERE name > ? ORDER BY name LIMIT ?`,
+		after, limit+1)
 	if err != nil {
-		return Member{}, fmt.Errorf("store: add member %q: %w", email, err)
+		return nil, false, fmt.Errorf("store: list orgs: %w", err)
+	}
+	defer rows.Close()
+	var orgs []Org
+	for rows.Next() {
+		var o Org
+		var created int64
+		if err := rows.Scan(&o.ID, &o.Name, &created); err != nil {
+			return nil, false, fmt.Errorf("store: list orgs: %w", err)
+		}
+		o.CreatedAt = time.UnixMilli(created).UTC()
+		orgs = append(orgs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("store: list orgs: %w", err)
+	}
+	if len(orgs) > limit {
+		return orgs[:limit], true, nil
+	}
+	return orgs, false, nil
+}
+
+// AddMember adds a member to an organisation; an email that is a member's
+// of the organisation already is ErrExists.
+func (s *Store) AddMember(ctx context.Context, orgID, email string) (Member, error) {
+	m := Member{ID: newID("mem_", 8), OrgID: orgID, Email: email, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var taken bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM members WHERE org_id = ? AND email = ?)`,
+			orgID, email).Scan(&taken); err != nil {
+			return fmt.Errorf("store: add member %q: %w", email, err)
+		}
+		if taken {
+			return fmt.Errorf("store: add member %q: %w", email, ErrExists)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO members (id, org_id, email, created_at) VALUES (?, ?, ?, ?)`,
+			m.ID, orgID, email, millis(m.CreatedAt)); err != nil {
+			return fmt.Errorf("store: add member %q: %w", email, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Member{}, err
 	}
 	return m, nil
+}
+
+// Members lists an organisation's members in email order.
+func (s *Store) Members(ctx context.Context, orgID string) ([]Member, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT id, email, created_at FROM members WHERE org_id = ? ORDER BY email`, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("store: list members: %w", err)
+	}
+	defer rows.Close()
+	var members []Member
+	for rows.Next() {
+		m := Member{OrgID: orgID}
+		var created int64
+		if err := rows.Scan(&m.ID, &m.Email, &created); err != nil {
+			return nil, fmt.Errorf("store: list members: %w", err)
+		}
+		m.CreatedAt = time.UnixMilli(created).UTC()
+		members = append(members, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list members: %w", err)
+	}
+	return members, nil
 }
 
 // MemberByEmail finds a member of an organisation.

@@ -95,6 +95,8 @@ func TestPlanCheckFindsHistoryReads(t *testing.T) {
 		`SELECT count(*) FROM runs r WHERE r.model = ?`,
 		`SELECT count(*) FROM runs WHERE org_id = ? AND model = ?`,
 		`SELECT count(*) FROM runs WHERE status = 'succeeded'`,
+		`SELECT id FROM runs WHERE org_id = ? AND status = ? AND seq < ? ORDER BY seq DESC`, // no LIMIT
+		`SELECT id FROM runs WHERE org_id = ? AND status = ? ORDER BY created_at LIMIT 5`,   // sorted apart
 		`SELECT id FROM runs WHERE org_id = ? ORDER BY created_at LIMIT 5`,
 		`SELECT id FROM runs WHERE retention_until <= ?`, // purged runs too: not the partial index
 		`UPDATE events SET message = '' WHERE content = 1`,
@@ -139,10 +141,14 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 		{"Ping", func() error { return st.Ping(ctx) }},
 		{"CreateOrg", func() (err error) { org, err = st.CreateOrg(ctx, "acme"); return err }},
 		{"OrgByName", func() error { _, err := st.OrgByName(ctx, "acme"); return err }},
+		{"OrgsPage", func() error { _, _, err := st.OrgsPage(ctx, "a", 100); return err }},
 		{"AddMember", func() (err error) { member, err = st.AddMember(ctx, org.ID, "dev@acme.test"); return err }},
 		{"MemberByEmail", func() error { _, err := st.MemberByEmail(ctx, org.ID, "dev@acme.test"); return err }},
 		{"AddKey", func() error { return st.AddKey(ctx, member, "key_1", []byte("hash")) }},
+		{"Members", func() error { _, err := st.Members(ctx, org.ID); return err }},
 		{"KeyByID", func() error { _, err := st.KeyByID(ctx, "key_1"); return err }},
+		{"TouchKey", func() error { return st.TouchKey(ctx, "key_1", time.Now()) }},
+		{"Keys", func() error { _, err := st.Keys(ctx, org.ID); return err }},
 		{"RevokeKey", func() error { return st.RevokeKey(ctx, "key_1") }},
 		{"Credit", func() error { _, err := st.Credit(ctx, org.ID, 1_000_000); return err }},
 		{"Balance", func() error { _, err := st.Balance(ctx, org.ID); return err }},
@@ -171,6 +177,13 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 				return err
 			}
 			_, _, err := st.ListRuns(ctx, org.ID, "run_3", 2)
+			return err
+		}},
+		{"ListRunsWithStatus", func() error {
+			if _, _, err := st.ListRunsWithStatus(ctx, org.ID, Succeeded, "", 2); err != nil {
+				return err
+			}
+			_, _, err := st.ListRunsWithStatus(ctx, org.ID, Queued, "run_3", 2)
 			return err
 		}},
 		{"MarkRunning", func() error { _, err := st.MarkRunning(ctx, "run_0", time.Now()); return err }},
@@ -278,8 +291,8 @@ var (
 	// history unless a LIMIT stops it early.
 	orgHistory = regexp.MustCompile(`^SEARCH runs USING (COVERING )?INDEX \S+ \(org_id=\?( AND seq[<>]=?\?)?\)$`)
 	// A search of runs by status reads history unless the statuses are
-	// the active ones: finished runs pile up.
-	byStatus = regexp.MustCompile(`^SEARCH runs USING (COVERING )?INDEX \S+ \((org_id=\? AND )?status=\?\)$`)
+	// the active ones (finished runs pile up) or a LIMIT stops it early.
+	byStatus = regexp.MustCompile(`^SEARCH runs USING (COVERING )?INDEX \S+ \((org_id=\? AND )?status=\?( AND rowid[<>]=?\?)?\)$`)
 )
 
 // historyReads returns the steps of query's plan that read rows in
@@ -312,7 +325,7 @@ func historyReads(ctx context.Context, db *sql.DB, query string, args []any) ([]
 		switch {
 		case orgHistory.MatchString(step) && !stopsEarly:
 			reads = append(reads, step+" (an organisation's every run)")
-		case byStatus.MatchString(step) && !strings.Contains(query, "status IN ('queued', 'running')"):
+		case byStatus.MatchString(step) && !stopsEarly && !strings.Contains(query, "status IN ('queued', 'running')"):
 			reads = append(reads, step+" (finished runs too)")
 		case strings.HasPrefix(step, "SCAN "):
 			// "SCAN runs", "SCAN r USING COVERING INDEX x": every row. A

@@ -204,6 +204,15 @@ func (s *Store) GetRun(ctx context.Context, orgID, runID string) (Run, error) {
 // starting after the run startingAfter (empty: from the newest), and whether
 // more follow.
 func (s *Store) ListRuns(ctx context.Context, orgID, startingAfter string, limit int) ([]Run, bool, error) {
+	return s.ListRunsWithStatus(ctx, orgID, "", startingAfter, limit)
+}
+
+// ListRunsWithStatus is ListRuns limited to the runs in one status; an
+// empty status lists every run. The cursor may name a run in any status.
+// Each page is read from an index in order (runs_org_seq, or
+// runs_org_status whose entries end with seq, the rowid), so it reads about
+// limit rows however many runs the organisation has in other statuses.
+func (s *Store) ListRunsWithStatus(ctx context.Context, orgID string, status Status, startingAfter string, limit int) ([]Run, bool, error) {
 	var before int64 = 1<<63 - 1
 	if startingAfter != "" {
 		err := s.read.QueryRowContext(ctx, `SELECT seq FROM runs WHERE id = ? AND org_id = ?`, startingAfter, orgID).Scan(&before)
@@ -214,8 +223,13 @@ func (s *Store) ListRuns(ctx context.Context, orgID, startingAfter string, limit
 			return nil, false, fmt.Errorf("store: cursor %s: %w", startingAfter, err)
 		}
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT `+runColumns+` FROM runs WHERE org_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`,
-		orgID, before, limit+1)
+	query := `SELECT ` + runColumns + ` FROM runs WHERE org_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`
+	args := []any{orgID, before, limit + 1}
+	if status != "" {
+		query = `SELECT ` + runColumns + ` FROM runs WHERE org_id = ? AND status = ? AND seq < ? ORDER BY seq DESC LIMIT ?`
+		args = []any{orgID, status, before, limit + 1}
+	}
+	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: list runs: %w", err)
 	}

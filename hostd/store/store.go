@@ -22,8 +22,13 @@ import (
 	"time"
 )
 
-// ErrNotFound means the row does not exist or belongs to another organisation.
-var ErrNotFound = errors.New("not found")
+var (
+	// ErrNotFound means the row does not exist or belongs to another
+	// organisation.
+	ErrNotFound = errors.New("not found")
+	// ErrExists means a row with the same unique name exists already.
+	ErrExists = errors.New("already exists")
+)
 
 // Store is the daemon's database.
 type Store struct {

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"net/mail"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/auth"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
@@ -30,6 +37,9 @@ var adminCommand = &cli.Command{
 						return err
 					}
 					o, err := sys.Store.CreateOrg(c.Context, name)
+					if errors.Is(err, store.ErrExists) {
+						return fmt.Errorf("organisation %q already exists", name)
+					}
 					if err != nil {
 						return err
 					}
@@ -43,6 +53,28 @@ var adminCommand = &cli.Command{
 					fmt.Fprintf(c.App.Writer, "added example connection %s (read-only, served by the daemon)\n", examplecrm.Name)
 					return nil
 				}),
+			}, {
+				Name: "list", Usage: "list the organisations",
+				Action: withStore(func(c *cli.Context, st *store.Store) error {
+					w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "NAME\tID\tCREATED")
+					// A page at a time, so no statement reads every
+					// organisation at once.
+					for after := ""; ; {
+						orgs, more, err := st.OrgsPage(c.Context, after, 100)
+						if err != nil {
+							return err
+						}
+						for _, o := range orgs {
+							fmt.Fprintf(w, "%s\t%s\t%s\n", o.Name, o.ID, formatTime(&o.CreatedAt))
+						}
+						if !more {
+							break
+						}
+						after = orgs[len(orgs)-1].Name
+					}
+					return w.Flush()
+				}),
 			}},
 		},
 		{
@@ -54,16 +86,40 @@ var adminCommand = &cli.Command{
 					if err != nil {
 						return err
 					}
-					o, err := st.OrgByName(c.Context, c.String("org"))
+					if err := checkMemberEmail(email); err != nil {
+						return err
+					}
+					o, err := findOrg(c, st)
 					if err != nil {
 						return err
 					}
 					m, err := st.AddMember(c.Context, o.ID, email)
+					if errors.Is(err, store.ErrExists) {
+						return fmt.Errorf("%s is a member of %s already", email, o.Name)
+					}
 					if err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "added %s to %s (%s)\n", m.Email, o.Name, m.ID)
 					return nil
+				}),
+			}, {
+				Name: "list", Usage: "list an organisation's members", Flags: []cli.Flag{orgFlag},
+				Action: withStore(func(c *cli.Context, st *store.Store) error {
+					o, err := findOrg(c, st)
+					if err != nil {
+						return err
+					}
+					members, err := st.Members(c.Context, o.ID)
+					if err != nil {
+						return err
+					}
+					w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "EMAIL\tID\tADDED")
+					for _, m := range members {
+						fmt.Fprintf(w, "%s\t%s\t%s\n", m.Email, m.ID, formatTime(&m.CreatedAt))
+					}
+					return w.Flush()
 				}),
 			}},
 		},
@@ -74,11 +130,14 @@ var adminCommand = &cli.Command{
 					Name: "create", Usage: "create a member's API key; it is printed once",
 					Flags: []cli.Flag{orgFlag, &cli.StringFlag{Name: "member", Usage: "member email", Required: true}},
 					Action: withStore(func(c *cli.Context, st *store.Store) error {
-						o, err := st.OrgByName(c.Context, c.String("org"))
+						o, err := findOrg(c, st)
 						if err != nil {
 							return err
 						}
 						m, err := st.MemberByEmail(c.Context, o.ID, c.String("member"))
+						if errors.Is(err, store.ErrNotFound) {
+							return fmt.Errorf("%s is no member of %s (ephemeral admin member list --org %s shows them)", c.String("member"), o.Name, o.Name)
+						}
 						if err != nil {
 							return err
 						}
@@ -89,6 +148,36 @@ var adminCommand = &cli.Command{
 						fmt.Fprintf(c.App.ErrWriter, "key id %s for %s in %s; store the key now, it is not shown again:\n", k.ID, m.Email, o.Name)
 						fmt.Fprintln(c.App.Writer, k.Secret)
 						return nil
+					}),
+				},
+				{
+					Name: "list", Usage: "list an organisation's API keys, newest first: id, member, created, last used (to the minute), revoked",
+					Flags: []cli.Flag{orgFlag, &cli.StringFlag{Name: "member", Usage: "only this member's keys"}},
+					Action: withStore(func(c *cli.Context, st *store.Store) error {
+						o, err := findOrg(c, st)
+						if err != nil {
+							return err
+						}
+						keys, err := st.Keys(c.Context, o.ID)
+						if err != nil {
+							return err
+						}
+						w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+						fmt.Fprintln(w, "KEY\tMEMBER\tCREATED\tLAST USED\tREVOKED")
+						for _, k := range keys {
+							if member := c.String("member"); member != "" && k.MemberEmail != member {
+								continue
+							}
+							revoked := "-"
+							if k.RevokedAt != nil {
+								revoked = formatTime(k.RevokedAt)
+							}
+							// The key's public part, as it begins every
+							// key: enough to recognise one, never a secret.
+							fmt.Fprintf(w, "%s%s_…\t%s\t%s\t%s\t%s\n", auth.Prefix, k.ID, k.MemberEmail,
+								formatTime(&k.CreatedAt), formatTime(k.LastUsedAt), revoked)
+						}
+						return w.Flush()
 					}),
 				},
 				{
@@ -111,7 +200,7 @@ var adminCommand = &cli.Command{
 			Name: "credit", Usage: "add money to an organisation's balance",
 			Flags: []cli.Flag{orgFlag, &cli.Int64Flag{Name: "micros", Usage: "amount in micro-dollars (1000000 = $1)", Required: true}},
 			Action: withStore(func(c *cli.Context, st *store.Store) error {
-				o, err := st.OrgByName(c.Context, c.String("org"))
+				o, err := findOrg(c, st)
 				if err != nil {
 					return err
 				}
@@ -124,7 +213,74 @@ var adminCommand = &cli.Command{
 				return nil
 			}),
 		},
+		{
+			Name: "balance", Usage: "an organisation's balance",
+			Subcommands: []*cli.Command{{
+				Name: "show", Usage: "print what is available, held by active runs, charged and credited in all",
+				Flags: []cli.Flag{orgFlag},
+				Action: withStore(func(c *cli.Context, st *store.Store) error {
+					o, err := findOrg(c, st)
+					if err != nil {
+						return err
+					}
+					a, err := st.Balance(c.Context, o.ID)
+					if err != nil {
+						return err
+					}
+					printBalance(c.App.Writer, a)
+					return nil
+				}),
+			}},
+		},
 	},
+}
+
+// printBalance prints an account one amount a line, as dollars and as the
+// integer micro-dollars the API uses.
+func printBalance(w io.Writer, a ledger.Account) {
+	for _, row := range []struct {
+		name   string
+		micros int64
+	}{{"available", a.Available}, {"held", a.Held}, {"charged", a.Charged}, {"credited", a.Credited}} {
+		fmt.Fprintf(w, "%-9s  %14s  %16s\n", row.name, money.Format(row.micros), fmt.Sprintf("%d micros", row.micros))
+	}
+}
+
+// maxEmailBytes is the longest address SMTP can carry (RFC 5321: a path of
+// 256 bytes with its angle brackets).
+const maxEmailBytes = 254
+
+// checkMemberEmail accepts a bare address (dev@acme.example) only: no
+// display name ("Dev <dev@acme.example>"), comment or surrounding space,
+// since the address is what keys are created for and looked up by.
+func checkMemberEmail(email string) error {
+	if len(email) > maxEmailBytes {
+		return fmt.Errorf("member email is %d bytes; an address has at most %d", len(email), maxEmailBytes)
+	}
+	addr, err := mail.ParseAddress(email)
+	domain := email[strings.LastIndex(email, "@")+1:]
+	if err != nil || addr.Name != "" || addr.Address != email || !strings.Contains(domain, ".") {
+		return fmt.Errorf("member email %q is not a plain address like dev@acme.example", email)
+	}
+	return nil
+}
+
+// findOrg loads the organisation named by --org.
+func findOrg(c *cli.Context, st *store.Store) (store.Org, error) {
+	name := c.String("org")
+	o, err := st.OrgByName(c.Context, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Org{}, fmt.Errorf("no organisation %q (ephemeral admin org list shows them)", name)
+	}
+	return o, err
+}
+
+// formatTime prints a time to the second in UTC, or "never".
+func formatTime(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 // withStore opens the daemon's database for one admin command. SQLite's WAL
@@ -139,6 +295,9 @@ func withSystem(action func(*cli.Context, *system.System) error) cli.ActionFunc 
 	return func(c *cli.Context) error {
 		loaded, err := loadConfig(c)
 		if err != nil {
+			return err
+		}
+		if err := needStateDir(c, loaded.Config.StateDir); err != nil {
 			return err
 		}
 		sys, err := system.OpenStore(c.Context, loaded.Config, nil)

@@ -42,6 +42,9 @@ func (s bootSample) unattributed() time.Duration {
 }
 
 func benchBoot(c *cli.Context) error {
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return err
+	}
 	n := c.Int("n")
 	if n < 1 || n > 1000 {
 		return cli.Exit(fmt.Sprintf("ephemeral bench boot: -n must be in 1..1000, got %d", n), 2)

@@ -59,6 +59,8 @@ var storeBenchRows = []string{
 	"POST /v1/runs (the busy org)",
 	"GET /v1/runs",
 	"GET /v1/runs?starting_after= (oldest page)",
+	"GET /v1/runs?status=succeeded (every run)",
+	"GET /v1/runs?status=failed (no run)",
 	"GET /v1/runs/{id}",
 	"GET /v1/runs/{id}/events",
 	"GET /v1/balance",
@@ -166,11 +168,15 @@ var benchRequests = map[string]func(context.Context, *benchDaemon) (time.Duratio
 	"GET /v1/runs":                 getting(func(*benchDaemon) string { return "/v1/runs" }),
 	// The 20 oldest runs: the deepest page there is.
 	"GET /v1/runs?starting_after= (oldest page)": getting(func(d *benchDaemon) string { return "/v1/runs?starting_after=" + d.runIDs[20] }),
-	"GET /v1/runs/{id}":                          getting(func(d *benchDaemon) string { return "/v1/runs/" + d.someRun() }),
-	"GET /v1/runs/{id}/events":                   getting(func(d *benchDaemon) string { return "/v1/runs/" + d.someRun() + "/events" }),
-	"GET /v1/balance":                            getting(func(*benchDaemon) string { return "/v1/balance" }),
-	"GET /healthz":                               getting(func(*benchDaemon) string { return "/healthz" }),
-	"GET /metrics":                               getting(func(*benchDaemon) string { return "/metrics" }),
+	// Every run succeeded: a filter that matches all of them, and one
+	// that matches none, which must not read them all to say so.
+	"GET /v1/runs?status=succeeded (every run)": getting(func(*benchDaemon) string { return "/v1/runs?status=succeeded" }),
+	"GET /v1/runs?status=failed (no run)":       getting(func(*benchDaemon) string { return "/v1/runs?status=failed" }),
+	"GET /v1/runs/{id}":                         getting(func(d *benchDaemon) string { return "/v1/runs/" + d.someRun() }),
+	"GET /v1/runs/{id}/events":                  getting(func(d *benchDaemon) string { return "/v1/runs/" + d.someRun() + "/events" }),
+	"GET /v1/balance":                           getting(func(*benchDaemon) string { return "/v1/balance" }),
+	"GET /healthz":                              getting(func(*benchDaemon) string { return "/healthz" }),
+	"GET /metrics":                              getting(func(*benchDaemon) string { return "/metrics" }),
 }
 
 func getting(path func(*benchDaemon) string) func(context.Context, *benchDaemon) (time.Duration, error) {

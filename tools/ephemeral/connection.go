@@ -33,7 +33,7 @@ var connectionCommand = &cli.Command{
 				&cli.StringFlag{Name: "methods", Usage: "the most a run may be granted, e.g. GET,HEAD", Value: "GET,HEAD"},
 			},
 			Action: withRegistry(func(c *cli.Context, st *store.Store, reg *connections.Registry) error {
-				o, err := st.OrgByName(c.Context, c.String("org"))
+				o, err := findOrg(c, st)
 				if err != nil {
 					return err
 				}
@@ -66,7 +66,7 @@ var connectionCommand = &cli.Command{
 			Name: "list", Usage: "list an organisation's connections (header names only, never values)",
 			Flags: []cli.Flag{orgFlag},
 			Action: withRegistry(func(c *cli.Context, st *store.Store, reg *connections.Registry) error {
-				o, err := st.OrgByName(c.Context, c.String("org"))
+				o, err := findOrg(c, st)
 				if err != nil {
 					return err
 				}
@@ -86,7 +86,7 @@ var connectionCommand = &cli.Command{
 			Name: "remove", Usage: "remove a connection; runs started later cannot use it",
 			Flags: []cli.Flag{orgFlag, &cli.StringFlag{Name: "name", Required: true}},
 			Action: withRegistry(func(c *cli.Context, st *store.Store, reg *connections.Registry) error {
-				o, err := st.OrgByName(c.Context, c.String("org"))
+				o, err := findOrg(c, st)
 				if err != nil {
 					return err
 				}

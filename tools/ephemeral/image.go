@@ -45,6 +45,9 @@ var imageCommand = &cli.Command{
 }
 
 func buildImage(c *cli.Context) error {
+	if err := requireRoot(c, imageNeedsRoot); err != nil {
+		return err
+	}
 	initPath := c.String("init")
 	if initPath == "" {
 		self, err := os.Executable()

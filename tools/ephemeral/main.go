@@ -11,13 +11,18 @@ import (
 )
 
 func main() {
+	cli.VersionPrinter = printVersion
 	app := &cli.App{
-		Name:  "ephemeral",
-		Usage: "run untrusted, AI-written code in disposable microVMs",
+		Name:    "ephemeral",
+		Usage:   "run untrusted, AI-written code in disposable microVMs",
+		Version: readBuild().version,
 		// Every command reads the configuration (see hostd/config);
 		// these two settings may also come before the command.
 		Flags:                settingFlags("config", "state-dir"),
 		EnableBashCompletion: true,
+		// Repeated flags (--connection crm:GET,HEAD, --header 'X: a,b')
+		// keep their commas.
+		DisableSliceFlagSeparator: true,
 		// Each command lives in its own file of this package.
 		Commands: []*cli.Command{
 			sandboxCommand(),
@@ -25,10 +30,12 @@ func main() {
 			imageCommand,
 			serveCommand, adminCommand,
 			runCommand,
+			runsCommand, balanceCommand,
 		},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "ephemeral: %v\n", err)
+	if err := app.Run(hoistFlags(os.Args, runsCommand, balanceCommand)); err != nil {
+		// Errors quote the daemon and the API: make them printable.
+		fmt.Fprintf(os.Stderr, "ephemeral: %s\n", printable(err.Error()))
 		os.Exit(exitCode(err))
 	}
 }

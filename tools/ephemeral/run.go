@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -21,11 +19,9 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
-	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
-	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
 var runCommand = &cli.Command{
@@ -35,7 +31,7 @@ var runCommand = &cli.Command{
 		"the commands really run in the microVM: `ephemeral run --replay examples/product-page.json`. " +
 		"With --prompt, a live model answers (configure its provider as for serve). The run uses the " +
 		"daemon's runs service and ledger in-process, on a throwaway database: no account is charged. " +
-		"Prices, providers and the VMM come from the configuration (see ephemeral serve --help).",
+		"Prices, providers and the VMM come from the configuration (see ephemeral serve --help). " + exitCodesHelp,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "replay", Usage: "recording whose model turns to replay"},
 		&cli.StringFlag{Name: "prompt", Usage: "task for a live model"},
@@ -49,6 +45,9 @@ var runCommand = &cli.Command{
 }
 
 func runOnce(c *cli.Context) error {
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return err
+	}
 	loaded, err := loadConfig(c)
 	if err != nil {
 		return err
@@ -98,10 +97,7 @@ func runOnce(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if run.Status != store.Succeeded {
-		return cli.Exit(fmt.Sprintf("run %s: %s", run.Status, run.ErrorMessage), 1)
-	}
-	return nil
+	return runOutcome(string(run.Status), run.ErrorMessage)
 }
 
 // loadReplay loads a recording, or an example document's (see package
@@ -166,7 +162,7 @@ func runInProcess(ctx context.Context, sys *system.System, spec runs.Spec, repla
 	fmt.Fprintf(out, "%s  model %s, %s\n\n", run.ID, spec.Model, mode)
 	printer := newTimelinePrinter(out)
 	for {
-		run, err = sys.Runs.Follow(ctx, org.ID, run.ID, printer.rev, printer)
+		run, err = sys.Runs.Follow(ctx, org.ID, run.ID, printer.rev, storeFollower{printer})
 		if err == nil || ctx.Err() == nil {
 			break
 		}
@@ -181,126 +177,25 @@ func runInProcess(ctx context.Context, sys *system.System, spec runs.Spec, repla
 		return store.Run{}, err
 	}
 	printer.finish()
-	if run.Output != nil {
-		label := "Output"
-		if replayOf != "" {
-			// The answer is the recorded one; the live results are
-			// under the commands above.
-			label = "Recorded output"
-		}
-		fmt.Fprintf(out, "\n%s:\n%s\n", label, *run.Output)
+	label := "Output"
+	if replayOf != "" {
+		// The answer is the recorded one; the live results are under the
+		// commands above.
+		label = "Recorded output"
 	}
-	fmt.Fprintf(out, "\nmodel %s · web %s · compute %s\n", money.Format(run.Cost.Model), money.Format(run.Cost.Web), money.Format(run.Cost.Compute))
+	printOutcome(out, label, run.Output, run.Cost.Model, run.Cost.Web, run.Cost.Compute)
 	return run, nil
 }
 
-// timelinePrinter writes timeline entries as they arrive, as the product
-// page shows them. A command's entry arrives when the command starts and
-// again, amended, when it ends. Results are printed in timeline order, so
-// parallel commands read the same however they finish: a result waits for
-// those of the earlier commands still running. A result goes right below
-// its command's line when nothing was printed in between, else below a
-// line repeating the command with its exit code and duration.
-type timelinePrinter struct {
-	out     io.Writer
-	rev     int64                 // the revision printed last
-	printed map[int64]bool        // entries whose line is out
-	last    int64                 // the entry printed last
-	pending []int64               // commands whose result is not out, in timeline order
-	ended   map[int64]store.Event // results waiting for earlier commands'
-}
+// storeFollower hands the printer what runs.Follow reads.
+type storeFollower struct{ p *timelinePrinter }
 
-func newTimelinePrinter(out io.Writer) *timelinePrinter {
-	return &timelinePrinter{out: out, printed: map[int64]bool{}, ended: map[int64]store.Event{}}
-}
-
-// commandData is what the printer reads of a shell entry's data.
-type commandData struct {
-	State      timeline.State `json:"state"`
-	Stdout     string         `json:"stdout"`
-	Stderr     string         `json:"stderr"`
-	ExitCode   int            `json:"exit_code"`
-	DurationMS int64          `json:"duration_ms"`
-}
-
-// Events prints a batch as runs.Follow hands it over.
-func (p *timelinePrinter) Events(batch []store.Event) error {
+func (f storeFollower) Events(batch []store.Event) error {
 	for _, ev := range batch {
-		p.print(ev)
-		p.rev = ev.Rev
+		f.p.stream(entryFromStore(ev))
 	}
 	return nil
 }
 
 // Idle has nothing to keep alive on a terminal.
-func (p *timelinePrinter) Idle() error { return nil }
-
-func (p *timelinePrinter) print(ev store.Event) {
-	var data commandData
-	if ev.Category != timeline.Shell || json.Unmarshal(ev.Data, &data) != nil {
-		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
-		p.last = ev.Seq
-		return
-	}
-	if !slices.Contains(p.pending, ev.Seq) {
-		i, _ := slices.BinarySearch(p.pending, ev.Seq)
-		p.pending = slices.Insert(p.pending, i, ev.Seq)
-	}
-	if data.State == timeline.Running {
-		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
-		p.printed[ev.Seq], p.last = true, ev.Seq
-		return
-	}
-	p.ended[ev.Seq] = ev
-	for len(p.pending) > 0 {
-		first, ok := p.ended[p.pending[0]]
-		if !ok {
-			return
-		}
-		p.result(first)
-		delete(p.ended, first.Seq)
-		p.pending = p.pending[1:]
-	}
-}
-
-// finish prints the results still waiting, for when an earlier command's
-// result will never come (its entry could not be amended).
-func (p *timelinePrinter) finish() {
-	for _, seq := range p.pending {
-		if ev, ok := p.ended[seq]; ok {
-			p.result(ev)
-		}
-	}
-	p.pending, p.ended = nil, map[int64]store.Event{}
-}
-
-// result prints a finished command's output.
-func (p *timelinePrinter) result(ev store.Event) {
-	var data commandData
-	json.Unmarshal(ev.Data, &data) // print checked it decodes
-	switch {
-	case !p.printed[ev.Seq]:
-		p.line(ev.T, ev.Category, clipLine(ev.Message, 100))
-	case p.last != ev.Seq:
-		took := time.Duration(data.DurationMS) * time.Millisecond
-		p.line(ev.T, ev.Category, fmt.Sprintf("%s  → exit %d after %.2f s", clipLine(ev.Message, 100), data.ExitCode, took.Seconds()))
-	}
-	p.printed[ev.Seq], p.last = true, ev.Seq
-	for _, line := range strings.Split(strings.TrimRight(data.Stdout+data.Stderr, "\n"), "\n") {
-		if line != "" {
-			fmt.Fprintf(p.out, "%25s│ %s\n", "", clipLine(line, 100))
-		}
-	}
-}
-
-func (p *timelinePrinter) line(t time.Duration, category, message string) {
-	fmt.Fprintf(p.out, "%6.2f  %-16s %s\n", t.Seconds(), category, message)
-}
-
-func clipLine(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
+func (storeFollower) Idle() error { return nil }

@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
-func shellEntry(seq int64, t time.Duration, command string, data map[string]any) store.Event {
+func shellEntry(id int64, t time.Duration, command string, data map[string]any) entry {
 	b, _ := json.Marshal(data)
-	return store.Event{Seq: seq, T: t, Category: timeline.Shell, Message: timeline.Command(command), Data: b}
+	return entry{ID: id, T: t, Category: timeline.Shell, Message: timeline.Command(command), Data: b}
 }
 
 // Commands are printed when they start and their results, in timeline
@@ -25,8 +24,8 @@ func TestTimelinePrinterShowsCommandsWhenTheyStart(t *testing.T) {
 	}
 	var out strings.Builder
 	p := newTimelinePrinter(&out)
-	for _, ev := range []store.Event{
-		{Seq: 1, T: 0, Category: timeline.Queued, Message: "Budget $0.04 reserved"},
+	for _, ev := range []entry{
+		{ID: 1, T: 0, Category: timeline.Queued, Message: "Budget $0.04 reserved"},
 		// Two parallel commands; the second ends first.
 		shellEntry(2, 5250*time.Millisecond, "sleep 2; echo slow", running),
 		shellEntry(3, 5250*time.Millisecond, "echo fast", running),
@@ -70,5 +69,49 @@ func TestTimelinePrinterShowsCommandsWhenTheyStart(t *testing.T) {
 `
 	if out.String() != want {
 		t.Errorf("printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// A live timeline may hand the same revisions over again (a resumed
+// stream): each is printed once, and an entry other than a command's once
+// whatever its revision.
+func TestTimelinePrinterPrintsEachRevisionOnce(t *testing.T) {
+	running := map[string]any{"state": "running"}
+	done := map[string]any{"state": "done", "stdout": "worker\n", "exit_code": 0, "duration_ms": 5}
+	revs := []entry{
+		{ID: 1, Rev: 1, Category: timeline.Queued, Message: "Budget $0.04 reserved"},
+		shellEntry(2, time.Second, "whoami", running),
+		shellEntry(2, time.Second, "whoami", done),
+		{ID: 3, Rev: 4, T: 2 * time.Second, Category: timeline.MicroVM, Message: "microVM destroyed"},
+		{ID: 3, Rev: 5, T: 2 * time.Second, Category: timeline.MicroVM, Message: "microVM destroyed"},
+	}
+	revs[1].Rev, revs[2].Rev = 2, 3
+	var once, twice strings.Builder
+	p := newTimelinePrinter(&once)
+	for _, ev := range revs {
+		p.stream(ev)
+	}
+	q := newTimelinePrinter(&twice)
+	for _, ev := range append(append(revs[:3:3], revs[1:]...), revs...) {
+		q.stream(ev)
+	}
+	want := `  0.00  Queued           Budget $0.04 reserved
+  1.00  Shell            $ whoami
+                         │ worker
+  2.00  MicroVM          microVM destroyed
+`
+	if once.String() != want || twice.String() != want {
+		t.Errorf("printed\n%s\nand, revisions repeated,\n%s\nwant\n%s", once.String(), twice.String(), want)
+	}
+}
+
+// What a guest printed cannot drive the terminal: control characters and
+// invalid UTF-8 are shown as U+FFFD.
+func TestTimelinePrinterDefusesEscapes(t *testing.T) {
+	var out strings.Builder
+	p := newTimelinePrinter(&out)
+	p.print(shellEntry(1, 0, "printf '\\033]0;owned\\007'", map[string]any{"state": "done", "stdout": "\x1b]0;owned\x07\x1b[2J\xffok\ttab\n"}))
+	if strings.Contains(out.String(), "\x1b") || strings.Contains(out.String(), "\x07") || !strings.Contains(out.String(), "│ �]0;owned��[2J�ok\ttab\n") {
+		t.Errorf("printed %q", out.String())
 	}
 }

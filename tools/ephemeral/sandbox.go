@@ -42,6 +42,9 @@ func sandboxCommand() *cli.Command {
 }
 
 func sandboxExec(c *cli.Context) error {
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return err
+	}
 	args := c.Args().Slice()
 	if len(args) == 0 {
 		return cli.Exit("ephemeral sandbox exec: missing COMMAND (usage: ephemeral sandbox exec [flags] -- COMMAND [ARG...])", 2)

@@ -31,6 +31,9 @@ func serve(c *cli.Context) error {
 	if c.Bool("print-config") {
 		return loaded.Print(c.App.Writer)
 	}
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
