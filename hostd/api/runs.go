@@ -244,7 +244,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 	}
 	status := store.Status(q.Get("status"))
 	if status != "" && !slices.Contains(store.Statuses, status) {
-		writeError(w, badParam("status", "parameter_invalid", fmt.Sprintf("status must be one of %v", store.Statuses)))
+		writeError(w, badParam("status", "parameter_invalid", fmt.Sprintf("status must be one of %s", statusNames())))
 		return
 	}
 	list, more, err := s.store.ListRunsWithStatus(r.Context(), orgID, status, after, limit)
