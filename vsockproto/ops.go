@@ -10,8 +10,8 @@ import (
 
 // Operation names carried in an Open frame.
 const (
-	opExec       = "exec"
-	opWriteFile  = "write_file"
+	opExec        = "exec"
+	opWriteFile   = "write_file"
 	opReadFile    = "read_file"
 	opListOutputs = "list_outputs"
 	opReadOutput  = "read_output"
