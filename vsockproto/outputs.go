@@ -139,14 +139,17 @@ func (c *Client) ReadOutput(ctx context.Context, req FileRequest, w io.Writer) e
 var errListingTooLarge = errors.New("output listing too large")
 
 // boundedBuffer keeps what is written up to max bytes and fails past it.
+// Write is its only way in.
 type boundedBuffer struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 }
 
 func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.max {
+	if b.buf.Len()+len(p) > b.max {
 		return 0, errListingTooLarge
 	}
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
+
+func (b *boundedBuffer) Bytes() []byte { return b.buf.Bytes() }
