@@ -24,6 +24,8 @@ const (
 type WebhookDelivery struct {
 	RunID string
 	OrgID string
+	// RunCreatedAt places the outcome on the run's timeline.
+	RunCreatedAt time.Time
 	// URL is empty once the delivery has ended.
 	URL           string
 	State         WebhookState
@@ -96,7 +98,7 @@ func webhookDue(ctx context.Context, tx *sql.Tx, runID string, at time.Time) err
 // DueWebhooks returns up to limit pending deliveries whose next attempt is
 // due at now, the longest due first.
 func (s *Store) DueWebhooks(ctx context.Context, now time.Time, limit int) ([]WebhookDelivery, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT run_id, org_id, url, state, attempts, next_attempt_at FROM webhook_deliveries
+	rows, err := s.read.QueryContext(ctx, `SELECT `+webhookColumns+` FROM webhook_deliveries w
 		WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`, millis(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: due webhooks: %w", err)
@@ -176,8 +178,7 @@ func (s *Store) Webhook(ctx context.Context, runID string) (WebhookDelivery, []W
 		return WebhookDelivery{}, nil, fmt.Errorf("store: webhook of %s: %w", runID, err)
 	}
 	defer tx.Rollback()
-	d, err := scanWebhook(tx.QueryRowContext(ctx, `SELECT run_id, org_id, url, state, attempts, next_attempt_at
-		FROM webhook_deliveries WHERE run_id = ?`, runID))
+	d, err := scanWebhook(tx.QueryRowContext(ctx, `SELECT `+webhookColumns+` FROM webhook_deliveries w WHERE run_id = ?`, runID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, nil, fmt.Errorf("store: webhook of %s: %w", runID, ErrNotFound)
 	}
@@ -209,13 +210,17 @@ func (s *Store) Webhook(ctx context.Context, runID string) (WebhookDelivery, []W
 	return d, attempts, nil
 }
 
+const webhookColumns = `run_id, org_id, (SELECT created_at FROM runs WHERE id = w.run_id), url, state, attempts, next_attempt_at`
+
 func scanWebhook(row scanner) (WebhookDelivery, error) {
 	var d WebhookDelivery
 	var url sql.NullString
+	var created int64
 	var next sql.NullInt64
-	if err := row.Scan(&d.RunID, &d.OrgID, &url, &d.State, &d.Attempts, &next); err != nil {
+	if err := row.Scan(&d.RunID, &d.OrgID, &created, &url, &d.State, &d.Attempts, &next); err != nil {
 		return WebhookDelivery{}, err
 	}
+	d.RunCreatedAt = time.UnixMilli(created).UTC()
 	d.URL, d.NextAttemptAt = url.String, fromMillis(next)
 	return d, nil
 }
