@@ -18,8 +18,10 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 )
 
 // productPageRequest is the product page's request.json, verbatim in shape.
@@ -57,6 +59,12 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		},
 		func() error { return record(rec, pageRecording(spec)) },
 		func() error { return rec.Charge(ledger.Usage{VMTime: 13_333 * time.Millisecond}) },
+		func() error {
+			if len(spec.Outputs) == 0 {
+				return nil
+			}
+			return rec.Output("report.md", []byte("# Primes\n2 3 5 7 11 13 17 19 23 29 31 37 41 43 47\n"))
+		},
 		func() error { return rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, nil) },
 	}
 	for _, step := range steps {
@@ -142,8 +150,12 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
 		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: cfg.retention,
 		MaxRecordingBytes: cfg.maxRecordingBytes})
+	key, err := seal.NewKey(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
-		CredentialRecheck: cfg.credentialRecheck})
+		CredentialRecheck: cfg.credentialRecheck, Webhooks: webhook.NewSecrets(st, key)})
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.RegisterOnShutdown(srv.CloseStreams)
 	ts.Start()
