@@ -260,4 +260,6 @@ func TestWebhookOfARunInAMicroVM(t *testing.T) {
 
 type staticResolver []netip.Addr
 
-func (r staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) { return r, nil }
+func (r staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return r, nil
+}
