@@ -115,3 +115,19 @@ func FuzzDecodeListing(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadOutputThroughput copies a 10 MiB output (the default
+// per-file cap) over a socketpair into the host's capped buffer.
+func BenchmarkReadOutputThroughput(b *testing.B) {
+	const size = 10 << 20
+	g := newFakeGuest()
+	g.files["big"] = pattern(size)
+	c, _ := startPair(b, unixPair, g)
+	b.SetBytes(size)
+	for b.Loop() {
+		buf := &boundedBuffer{max: size}
+		if err := c.ReadOutput(context.Background(), FileRequest{Path: "big", MaxBytes: size}, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
