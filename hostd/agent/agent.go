@@ -2,8 +2,9 @@
 // run's microVM, lets the requested model drive the tools the run was
 // granted (the shell inside the VM; web_fetch and connection_request
 // through the run's broker session), meters every model call and every
-// VM-second against the budget, and always destroys the VM — after putting
-// on the timeline what the VM's firewall dropped, if anything.
+// VM-second against the budget, and always destroys the VM — after copying
+// out the files the run asked to keep (outputs.go) and putting on the
+// timeline what the VM's firewall dropped, if anything.
 //
 // Everything the model returns is hostile: malformed or oversized tool
 // arguments, unknown tools and tools the run was not granted are answered
