@@ -74,6 +74,10 @@ func TestOutputsAreCopiedBeforeTheVMIsDestroyed(t *testing.T) {
 	if got := outputLines(events); !slices.Equal(got, want) {
 		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	if system := e.provider.Requests()[0].System; !strings.Contains(system, "matching report.md, out/*.csv, missing.txt are handed to the user") ||
+		!strings.Contains(system, "at most 100 bytes each, 250 bytes together") {
+		t.Errorf("the system prompt does not tell the model what is kept:\n%s", system)
+	}
 	got := storedOutputs(t, e, r.ID)
 	if len(got) != 4 || got["report.md"] != "# report" || got["out/c.csv"] != vm.files["out/c.csv"] {
 		t.Errorf("stored %v", got)
