@@ -22,6 +22,7 @@ package vsockproto
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -151,6 +152,11 @@ func (r *OutputsRequest) Validate() error {
 	for i, p := range r.Patterns {
 		if p == "" || len(p) > maxOutputPatternSize || p[0] == '/' {
 			return fmt.Errorf("outputs request: pattern %d must be a relative path of 1 to %d bytes", i, maxOutputPatternSize)
+		}
+		for _, e := range strings.Split(p, "/") {
+			if e == "" || e == "." || e == ".." {
+				return fmt.Errorf("outputs request: pattern %d must be clean and stay in the scratch directory", i)
+			}
 		}
 	}
 	return nil

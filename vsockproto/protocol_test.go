@@ -297,6 +297,7 @@ func TestOpenRequestValidation(t *testing.T) {
 		{"unknown op", openRequest{Op: "reboot"}, "unknown operation"},
 		{"list outputs", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"out/*"}, MaxEntries: 5}}, ""},
 		{"list outputs without patterns", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{MaxEntries: 5}}, "0 patterns"},
+		{"list outputs escaping", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"out/../../etc/*"}, MaxEntries: 5}}, "clean"},
 		{"list outputs absolute", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"/etc/*"}, MaxEntries: 5}}, "relative"},
 		{"list outputs with file", openRequest{Op: opListOutputs, File: file, Outputs: &OutputsRequest{Patterns: []string{"a"}, MaxEntries: 1}}, `carries a "file"`},
 		{"read output", openRequest{Op: opReadOutput, File: &FileRequest{Path: "out/a.csv"}}, ""},
