@@ -476,7 +476,7 @@ func (c *Client) dispatch(f Frame) error {
 	}
 	switch f.Type {
 	case FrameStdout, FrameStderr:
-		if st.op != opExec && (st.op != opReadFile || f.Type != FrameStdout) {
+		if !hasStdout(st.op) || (st.op != opExec && f.Type != FrameStdout) {
 			return protocolErrorf("%v frame on a %s stream", f.Type, st.op)
 		}
 		return st.out.push(f.Type, f.Payload)

@@ -31,6 +31,8 @@ type fakeGuest struct {
 
 	mu    sync.Mutex
 	files map[string][]byte
+	// listing answers ListOutputs.
+	listing OutputListing
 }
 
 func newFakeGuest() *fakeGuest {
@@ -119,6 +121,18 @@ func (g *fakeGuest) ReadFile(ctx context.Context, req FileRequest, w io.Writer) 
 	}
 	_, err := w.Write(data)
 	return err
+}
+
+func (g *fakeGuest) ListOutputs(ctx context.Context, req OutputsRequest) (OutputListing, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.listing, nil
+}
+
+// ReadOutput serves files like ReadFile, ignoring MaxBytes: a guest that
+// sends more than asked, which the host must stop.
+func (g *fakeGuest) ReadOutput(ctx context.Context, req FileRequest, w io.Writer) error {
+	return g.ReadFile(ctx, req, w)
 }
 
 func (g *fakeGuest) ConfigureNetwork(ctx context.Context, cfg NetConfig) error {

@@ -20,6 +20,13 @@ type Handler interface {
 	WriteFile(ctx context.Context, req FileRequest, r io.Reader) error
 	// ReadFile copies req.Path to w.
 	ReadFile(ctx context.Context, req FileRequest, w io.Writer) error
+	// ListOutputs lists what matches the run's output patterns under the
+	// scratch directory, as the worker sees it, following no symlink.
+	ListOutputs(ctx context.Context, req OutputsRequest) (OutputListing, error)
+	// ReadOutput copies the regular file req.Path, relative to the
+	// scratch directory, to w: opened as the worker, following no
+	// symlink, at most req.MaxBytes.
+	ReadOutput(ctx context.Context, req FileRequest, w io.Writer) error
 	// ConfigureNetwork sets up the guest interface.
 	ConfigureNetwork(ctx context.Context, cfg NetConfig) error
 	// Shutdown powers the VM off. It is called after the reply to the host

@@ -22,6 +22,7 @@ package vsockproto
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -120,4 +121,76 @@ type NetConfig struct {
 	// Gateway is the default route's next hop; empty means no default route.
 	Gateway string `json:"gateway,omitempty"`
 	MTU     int    `json:"mtu,omitempty"`
+}
+
+// OutputsRequest asks the guest which entries under the scratch directory
+// match a run's output patterns (path.Match syntax, one pattern element per
+// path element). The guest walks only the directories the patterns lead
+// into, never through a symbolic link, with the worker's permissions.
+type OutputsRequest struct {
+	Patterns []string `json:"patterns"`
+	// MaxEntries bounds the listing; the guest stops there and marks it
+	// truncated.
+	MaxEntries int `json:"max_entries"`
+}
+
+// Limits of an OutputsRequest.
+const (
+	MaxOutputPatterns    = 64
+	MaxOutputEntries     = 10_000
+	maxOutputPatternSize = 4096
+)
+
+// Validate reports whether the request is well formed.
+func (r *OutputsRequest) Validate() error {
+	switch {
+	case len(r.Patterns) == 0 || len(r.Patterns) > MaxOutputPatterns:
+		return fmt.Errorf("outputs request: %d patterns, want 1 to %d", len(r.Patterns), MaxOutputPatterns)
+	case r.MaxEntries < 1 || r.MaxEntries > MaxOutputEntries:
+		return fmt.Errorf("outputs request: max_entries %d, want 1 to %d", r.MaxEntries, MaxOutputEntries)
+	}
+	for i, p := range r.Patterns {
+		if p == "" || len(p) > maxOutputPatternSize || p[0] == '/' {
+			return fmt.Errorf("outputs request: pattern %d must be a relative path of 1 to %d bytes", i, maxOutputPatternSize)
+		}
+		for _, e := range strings.Split(p, "/") {
+			if e == "" || e == "." || e == ".." {
+				return fmt.Errorf("outputs request: pattern %d must be clean and stay in the scratch directory", i)
+			}
+		}
+	}
+	return nil
+}
+
+// Kinds of an OutputEntry.
+const (
+	OutputFile    = "file"
+	OutputDir     = "dir"
+	OutputSymlink = "symlink"
+	OutputOther   = "other" // a device, FIFO or socket
+	OutputError   = "error" // could not be examined; Error says why
+)
+
+// OutputEntry is one match of an output pattern. The guest names what it
+// found; the host decides what to copy, and checks everything again.
+type OutputEntry struct {
+	// Pattern is the index of the pattern that matched.
+	Pattern int `json:"pattern"`
+	// Path is relative to the scratch directory, slash-separated. An
+	// entry with fewer elements than its pattern is a directory on the
+	// way that could not be entered (a symlink or an error).
+	Path string `json:"path"`
+	Kind string `json:"kind"`
+	// Size is a file's size when it was listed; it may change before it
+	// is read, and the host never relies on it.
+	Size  int64  `json:"size,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// OutputListing is the guest's answer to an OutputsRequest: entries in
+// pattern order, each pattern's sorted by path.
+type OutputListing struct {
+	Entries []OutputEntry
+	// Truncated is set when more entries matched than MaxEntries.
+	Truncated bool
 }

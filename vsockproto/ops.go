@@ -10,31 +10,36 @@ import (
 
 // Operation names carried in an Open frame.
 const (
-	opExec       = "exec"
-	opWriteFile  = "write_file"
-	opReadFile   = "read_file"
-	opNetConfig  = "net_config"
-	opShutdown   = "shutdown"
-	maxSignalNum = 64 // highest Linux real-time signal
+	opExec        = "exec"
+	opWriteFile   = "write_file"
+	opReadFile    = "read_file"
+	opListOutputs = "list_outputs"
+	opReadOutput  = "read_output"
+	opNetConfig   = "net_config"
+	opShutdown    = "shutdown"
+	maxSignalNum  = 64 // highest Linux real-time signal
 )
 
 // openRequest is the payload of an Open frame: the operation and its
 // request, with exactly the matching field set.
 type openRequest struct {
-	Op   string       `json:"op"`
-	Exec *ExecRequest `json:"exec,omitempty"`
-	File *FileRequest `json:"file,omitempty"`
-	Net  *NetConfig   `json:"net,omitempty"`
+	Op      string          `json:"op"`
+	Exec    *ExecRequest    `json:"exec,omitempty"`
+	File    *FileRequest    `json:"file,omitempty"`
+	Net     *NetConfig      `json:"net,omitempty"`
+	Outputs *OutputsRequest `json:"outputs,omitempty"`
 }
 
 func (r *openRequest) validate() error {
-	want := map[string]bool{"exec": r.Exec != nil, "file": r.File != nil, "net": r.Net != nil}
+	want := map[string]bool{"exec": r.Exec != nil, "file": r.File != nil, "net": r.Net != nil, "outputs": r.Outputs != nil}
 	var needs string
 	switch r.Op {
 	case opExec:
 		needs = "exec"
-	case opWriteFile, opReadFile:
+	case opWriteFile, opReadFile, opReadOutput:
 		needs = "file"
+	case opListOutputs:
+		needs = "outputs"
 	case opNetConfig:
 		needs = "net"
 	case opShutdown:
@@ -52,6 +57,10 @@ func (r *openRequest) validate() error {
 	switch {
 	case r.Exec != nil:
 		return r.Exec.Validate()
+	case r.Outputs != nil:
+		return r.Outputs.Validate()
+	case r.Op == opReadOutput && (r.File.Path == "" || r.File.Path[0] == '/'):
+		return errors.New("read output: the path must be relative to the scratch directory")
 	case r.File != nil && r.File.Path == "":
 		return errors.New("file request: empty path")
 	case r.File != nil && r.File.MaxBytes < 0:
@@ -63,6 +72,12 @@ func (r *openRequest) validate() error {
 // hasStdin reports whether the host sends data to the guest on this
 // operation's stream.
 func (r *openRequest) hasStdin() bool { return r.Op == opExec || r.Op == opWriteFile }
+
+// hasStdout reports whether the guest sends data to the host on this
+// operation's stream (stdout only, except for an exec).
+func hasStdout(op string) bool {
+	return op == opExec || op == opReadFile || op == opReadOutput || op == opListOutputs
+}
 
 // closeResult is the payload of a Close frame.
 type closeResult struct {

@@ -263,14 +263,19 @@ func FuzzClientInput(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Start: %v", err)
 		}
-		readDone := make(chan error, 1)
+		readDone := make(chan error, 2)
 		go func() { readDone <- c.ReadFile(context.Background(), FileRequest{Path: "/f"}, io.Discard) }()
+		go func() {
+			_, err := c.ListOutputs(context.Background(), OutputsRequest{Patterns: []string{"out/*"}, MaxEntries: 4})
+			readDone <- err
+		}()
 		if _, err := guest.Write(helloFrame(t, ProtocolVersion)); err != nil {
 			t.Fatal(err)
 		}
 		guest.Write(data)
 		guest.Close()
 		p.Wait()
+		<-readDone
 		<-readDone
 	})
 }
@@ -290,6 +295,13 @@ func TestOpenRequestValidation(t *testing.T) {
 		{"read file with exec", openRequest{Op: opReadFile, File: file, Exec: exec}, `carries a "exec"`},
 		{"shutdown with net", openRequest{Op: opShutdown, Net: &NetConfig{}}, `carries a "net"`},
 		{"unknown op", openRequest{Op: "reboot"}, "unknown operation"},
+		{"list outputs", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"out/*"}, MaxEntries: 5}}, ""},
+		{"list outputs without patterns", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{MaxEntries: 5}}, "0 patterns"},
+		{"list outputs escaping", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"out/../../etc/*"}, MaxEntries: 5}}, "clean"},
+		{"list outputs absolute", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"/etc/*"}, MaxEntries: 5}}, "relative"},
+		{"list outputs with file", openRequest{Op: opListOutputs, File: file, Outputs: &OutputsRequest{Patterns: []string{"a"}, MaxEntries: 1}}, `carries a "file"`},
+		{"read output", openRequest{Op: opReadOutput, File: &FileRequest{Path: "out/a.csv"}}, ""},
+		{"read output absolute", openRequest{Op: opReadOutput, File: file}, "relative"},
 		{"empty path", openRequest{Op: opReadFile, File: &FileRequest{}}, "empty path"},
 		{"negative max bytes", openRequest{Op: opReadFile, File: &FileRequest{Path: "/f", MaxBytes: -1}}, "negative"},
 		{"invalid exec", openRequest{Op: opExec, Exec: &ExecRequest{}}, "neither argv nor shell"},

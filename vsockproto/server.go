@@ -229,6 +229,16 @@ func (s *server) call(ctx context.Context, st *guestStream, req openRequest) clo
 		err = s.h.WriteFile(ctx, *req.File, &dataReader{fw: s.fw, buf: st.stdin, stream: st.id})
 	case opReadFile:
 		err = s.h.ReadFile(ctx, *req.File, stdout)
+	case opReadOutput:
+		err = s.h.ReadOutput(ctx, *req.File, stdout)
+	case opListOutputs:
+		var l OutputListing
+		if l, err = s.h.ListOutputs(ctx, *req.Outputs); err == nil {
+			if len(l.Entries) > req.Outputs.MaxEntries {
+				l.Entries, l.Truncated = l.Entries[:req.Outputs.MaxEntries], true
+			}
+			_, err = stdout.Write(encodeListing(l))
+		}
 	case opNetConfig:
 		err = s.h.ConfigureNetwork(ctx, *req.Net)
 	case opShutdown:

@@ -82,7 +82,7 @@ func withFilesystemIDs(uid, gid uint32, f func() error) error {
 	curGID, _ := unix.SetfsgidRetGid(-1)
 	var err error
 	if curUID != int(uid) || curGID != int(gid) {
-		err = fmt.Errorf("write file: switch to uid %d gid %d: %w", uid, gid, unix.EPERM)
+		err = fmt.Errorf("switch to uid %d gid %d: %w", uid, gid, unix.EPERM)
 	} else {
 		err = f()
 	}

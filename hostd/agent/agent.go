@@ -2,8 +2,9 @@
 // run's microVM, lets the requested model drive the tools the run was
 // granted (the shell inside the VM; web_fetch and connection_request
 // through the run's broker session), meters every model call and every
-// VM-second against the budget, and always destroys the VM — after putting
-// on the timeline what the VM's firewall dropped, if anything.
+// VM-second against the budget, and always destroys the VM — after copying
+// out the files the run asked to keep (outputs.go) and putting on the
+// timeline what the VM's firewall dropped, if anything.
 //
 // Everything the model returns is hostile: malformed or oversized tool
 // arguments, unknown tools and tools the run was not granted are answered
@@ -32,6 +33,9 @@ type VM interface {
 	Hello() vsockproto.Hello
 	Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error)
 	WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error
+	// ListOutputs and ReadOutput copy the run's output files out.
+	ListOutputs(ctx context.Context, req vsockproto.OutputsRequest) (vsockproto.OutputListing, error)
+	ReadOutput(ctx context.Context, req vsockproto.FileRequest, w io.Writer) error
 	// Done is closed when the VM has stopped, for whatever reason.
 	Done() <-chan struct{}
 	Destroy() error
@@ -90,6 +94,10 @@ type Config struct {
 	// MaxAnswerTokens bounds max_tokens when the budget allows more
 	// (default 4096).
 	MaxAnswerTokens int
+	// MaxOutputFileBytes and MaxOutputBytes cap each output file a run
+	// keeps and all of them together (default 10 MiB and 50 MiB).
+	MaxOutputFileBytes int64
+	MaxOutputBytes     int64
 }
 
 // Executor drives runs. It is safe for concurrent use: each Execute has its
@@ -123,10 +131,17 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.MaxAnswerTokens <= 0 {
 		cfg.MaxAnswerTokens = DefaultMaxAnswerTokens
 	}
+	if cfg.MaxOutputFileBytes <= 0 {
+		cfg.MaxOutputFileBytes = DefaultMaxOutputFileBytes
+	}
+	if cfg.MaxOutputBytes <= 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
 	return &Executor{cfg: cfg}, nil
 }
 
-// Execute runs spec to its end: boot, files, the model loop, destroy.
+// Execute runs spec to its end: boot, files, the model loop, the output
+// files, destroy.
 func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (_ runs.Result, err error) {
 	m, err := e.model(spec)
 	if err != nil {
@@ -149,7 +164,9 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	rec.BootDuration(ready.Sub(bootStart))
 	compute := startComputeMeter(rec, ready)
 	defer func() {
-		// The counters go with the VM's network: read them first.
+		// However the run ended, what it wrote is copied out first.
+		err = errors.Join(err, e.collectOutputs(ctx, vm, spec, rec))
+		// The counters go with the VM's network: read them before it goes.
 		err = errors.Join(err, reportBlockedEgress(rec, machine.Firewall))
 		destroyErr := vm.Destroy()
 		vmTime := compute.stop()
@@ -257,7 +274,7 @@ func writeFiles(ctx context.Context, vm VM, files []runs.File) error {
 				return fmt.Errorf("agent: create directory for %q: mkdir exited %d: %s", f.Path, st.Code, stderr.Bytes())
 			}
 		}
-		if err := vm.WriteFile(ctx, vsockproto.FileRequest{Path: f.Path}, strings.NewReader(f.Content)); err != nil {
+		if err := vm.WriteFile(ctx, vsockproto.FileRequest{Path: f.Path, Mode: f.Mode}, strings.NewReader(f.Content)); err != nil {
 			return fmt.Errorf("agent: write file %q: %w", f.Path, err)
 		}
 	}

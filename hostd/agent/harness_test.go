@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http/httptest"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,9 +42,15 @@ type fakeVM struct {
 
 	stopped chan struct{} // closed to play a VM that died
 
+	// listing, when set, is what ListOutputs answers, as a hostile
+	// guest might; otherwise the files matching the patterns are listed.
+	listing *vsockproto.OutputListing
+
 	mu        sync.Mutex
 	commands  []string
 	files     map[string]string
+	modes     map[string]uint32
+	reads     []string // ReadOutput's paths, in order
 	destroyed int
 }
 
@@ -92,10 +101,51 @@ func (v *fakeVM) WriteFile(_ context.Context, req vsockproto.FileRequest, r io.R
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.files == nil {
-		v.files = map[string]string{}
+		v.files, v.modes = map[string]string{}, map[string]uint32{}
 	}
 	v.files[req.Path] = string(b)
+	v.modes[req.Path] = req.Mode
 	return nil
+}
+
+func (v *fakeVM) ListOutputs(_ context.Context, req vsockproto.OutputsRequest) (vsockproto.OutputListing, error) {
+	if v.listing != nil {
+		return *v.listing, nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var l vsockproto.OutputListing
+	for i, p := range req.Patterns {
+		var names []string
+		for name := range v.files {
+			if ok, _ := path.Match(p, name); ok {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			l.Entries = append(l.Entries, vsockproto.OutputEntry{Pattern: i, Path: name, Kind: vsockproto.OutputFile, Size: int64(len(v.files[name]))})
+		}
+	}
+	return l, nil
+}
+
+// ReadOutput sends the whole file whatever MaxBytes says: the host must
+// hold its caps itself.
+func (v *fakeVM) ReadOutput(_ context.Context, req vsockproto.FileRequest, w io.Writer) error {
+	v.mu.Lock()
+	content, ok := v.files[req.Path]
+	v.reads = append(v.reads, req.Path)
+	destroyed := v.destroyed
+	v.mu.Unlock()
+	switch {
+	case destroyed > 0:
+		return errors.New("read after the VM was destroyed")
+	case !ok:
+		return &vsockproto.GuestError{Op: "read_output", Message: "open " + req.Path + ": no such file or directory"}
+	}
+	_, err := io.WriteString(w, content)
+	return err
 }
 
 func (v *fakeVM) Destroy() error {

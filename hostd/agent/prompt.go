@@ -8,6 +8,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
 
 // systemPrompt tells the model the truth about where it runs and what it
@@ -36,6 +37,11 @@ func systemPrompt(spec runs.Spec, scratchDir string, remainingMicros int64, left
 			paths[i] = f.Path
 		}
 		fmt.Fprintf(&b, "- Files provided in the scratch directory: %s.\n", strings.Join(paths, ", "))
+	}
+	if len(spec.Outputs) > 0 {
+		fmt.Fprintf(&b, "- Outputs: when the run ends, the regular files in the scratch directory matching %s are handed to the user "+
+			"(symbolic links are not followed; at most %s each, %s together); nothing else leaves the VM.\n",
+			strings.Join(spec.Outputs, ", "), timeline.ByteSize(cfg.MaxOutputFileBytes), timeline.ByteSize(cfg.MaxOutputBytes))
 	}
 	fmt.Fprintf(&b, "- Budget: %s left of a hard limit of %s; every model call and every second of the VM is charged to it.\n",
 		money.Format(max(remainingMicros, 0)), money.Format(spec.MaxCostMicros))

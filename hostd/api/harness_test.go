@@ -20,8 +20,10 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 )
 
 // productPageRequest is the product page's request.json, verbatim in shape.
@@ -59,6 +61,12 @@ func productPageRun(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (ru
 		},
 		func() error { return record(rec, pageRecording(spec)) },
 		func() error { return rec.Charge(ledger.Usage{VMTime: 13_333 * time.Millisecond}) },
+		func() error {
+			if len(spec.Outputs) == 0 {
+				return nil
+			}
+			return rec.Output("report.md", []byte("# Primes\n2 3 5 7 11 13 17 19 23 29 31 37 41 43 47\n"))
+		},
 		func() error { return rec.Event(timeline.MicroVM, timeline.MicroVMDestroyed, nil) },
 	}
 	for _, step := range steps {
@@ -151,8 +159,12 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	key, err := seal.NewKey(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
-		CredentialRecheck: cfg.credentialRecheck, Models: models.Models, Sessions: accts,
+		CredentialRecheck: cfg.credentialRecheck, Models: models.Models, Sessions: accts, Webhooks: webhook.NewSecrets(st, key),
 		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
 			return json.RawMessage(productPageRequest), "openai/gpt-6-luna", name == "product-page"
 		}})

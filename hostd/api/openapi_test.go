@@ -100,6 +100,10 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	h.waitFinished(run.ID)
 	cookie, _ := h.register("ada@example.org")
 	replay := strings.Replace(productPageRequest, `"web": false,`, `"web": false, "replay": "product-page",`, 1)
+	h.do("POST", "/v1/webhook_secret/rotate", "")
+	const withOutputs = `{"prompt":"p","max_cost_micros":40000,"outputs":["report.md","out/*.csv"],"webhook_url":"https://hooks.acme.example/e",` +
+		`"files":[{"path":"run.sh","content":"IyEvYmluL3NoCg==","encoding":"base64","mode":"0755"}]}`
+	outRun := h.waitFinished(h.createRun(withOutputs).ID)
 	calls := []apiCall{
 		{"GET", "/healthz", "", nil, 200, false},
 		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
@@ -133,6 +137,17 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 		{"DELETE", "/v1/runs/" + run.ID, "", nil, 200, false},
 		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 404, false},
 		{"GET", "/v1/balance", "", nil, 200, false},
+		{"POST", "/v1/webhook_secret/rotate", "", nil, 200, false},
+		{"POST", "/v1/runs", withOutputs, nil, 201, false},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"outputs":["/etc/shadow"]}`, nil, 400, false},
+		{"GET", "/v1/runs/" + outRun.ID, "", nil, 200, false},
+		{"GET", "/v1/runs/" + outRun.ID + "/outputs/report.md", "", nil, 200, false},
+		{"GET", "/v1/runs/" + outRun.ID + "/outputs/nope.md", "", nil, 404, false},
+		{"GET", "/v1/runs/" + outRun.ID + "/webhook_deliveries", "", nil, 200, false},
+		{"GET", "/v1/runs/" + run.ID + "/webhook_deliveries", "", nil, 404, false},
+	}
+	if len(outRun.Outputs) != 1 {
+		t.Fatalf("the run with outputs (%s, %+v) kept %+v", outRun.Status, outRun.Error, outRun.Outputs)
 	}
 	for _, c := range calls {
 		checkAgainstDocument(t, router, h, c)

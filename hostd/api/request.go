@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,16 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ephemeralhq/ephemeral/hostd/api/strictjson"
+	"github.com/ephemeralhq/ephemeral/hostd/outputs"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
+	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 )
 
 // Limits on a run request. The body cap bounds memory per request; the
@@ -44,6 +49,8 @@ type runRequest struct {
 	MaxCostMicros     *int64              `json:"max_cost_micros"`
 	ZeroDataRetention *bool               `json:"zero_data_retention"`
 	Replay            *string             `json:"replay"`
+	Outputs           []string            `json:"outputs"`
+	WebhookURL        *string             `json:"webhook_url"`
 }
 
 type connectionRequest struct {
@@ -52,8 +59,10 @@ type connectionRequest struct {
 }
 
 type fileRequest struct {
-	Path    *string `json:"path"`
-	Content *string `json:"content"`
+	Path     *string `json:"path"`
+	Content  *string `json:"content"`
+	Encoding *string `json:"encoding"`
+	Mode     *string `json:"mode"`
 }
 
 // canonicalRequest is the request with defaults applied: two bodies that
@@ -65,14 +74,34 @@ type canonicalRequest struct {
 	Shell             bool              `json:"shell"`
 	Web               bool              `json:"web"`
 	Connections       []runs.Connection `json:"connections"`
-	Files             []runs.File       `json:"files"`
+	Files             []canonicalFile   `json:"files"`
 	TimeoutSeconds    int64             `json:"timeout_seconds"`
 	MaxCostMicros     int64             `json:"max_cost_micros"`
 	ZeroDataRetention bool              `json:"zero_data_retention"`
-	// Replay is omitted when empty, so live requests encode (and hash
-	// for idempotency) as they did before replays existed.
-	Replay string `json:"replay,omitempty"`
+	// Fields added later are omitted when unused, so requests that do
+	// not use them encode (and hash for idempotency) as before.
+	Replay     string   `json:"replay,omitempty"`
+	Outputs    []string `json:"outputs,omitempty"`
+	WebhookURL string   `json:"webhook_url,omitempty"`
+
+	// data are the files' bytes, decoded; not part of the encoding.
+	data [][]byte
 }
+
+// canonicalFile is an input file with its defaults left out: text content
+// (no encoding) and mode 0644 (no mode).
+type canonicalFile struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding,omitempty"`
+	Mode     string `json:"mode,omitempty"`
+}
+
+// Encodings of an input file's content.
+const (
+	encodingText   = "utf-8"
+	encodingBase64 = "base64"
+)
 
 // decodeStrict decodes the request body, exactly one JSON value, into v
 // (a pointer): every key must be spelled exactly as one of v's fields and
@@ -158,7 +187,7 @@ var (
 
 // validate checks ranges and shapes and applies defaults.
 func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
-	c := canonicalRequest{Model: lim.defaultModel, TimeoutSeconds: DefaultTimeout, Connections: []runs.Connection{}, Files: []runs.File{}}
+	c := canonicalRequest{Model: lim.defaultModel, TimeoutSeconds: DefaultTimeout, Connections: []runs.Connection{}, Files: []canonicalFile{}}
 	switch {
 	case req.Prompt == nil:
 		return c, badParam("prompt", "parameter_missing", "prompt is required")
@@ -210,8 +239,82 @@ func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
 	if err := validateFiles(req.Files, &c); err != nil {
 		return c, err
 	}
+	if err := validateOutputs(req.Outputs, &c); err != nil {
+		return c, err
+	}
+	if req.WebhookURL != nil {
+		if _, err := webhook.ParseURL(*req.WebhookURL); err != nil {
+			return c, badParam("webhook_url", "parameter_invalid", err.Error())
+		}
+		c.WebhookURL = *req.WebhookURL
+	}
 	return c, nil
 }
+
+// validateOutputs checks the patterns of the files to copy out when the
+// run ends (package outputs says what a pattern may be).
+func validateOutputs(patterns []string, c *canonicalRequest) *apiError {
+	if len(patterns) > outputs.MaxPatterns {
+		return badParam("outputs", "parameter_invalid", fmt.Sprintf("at most %d output patterns", outputs.MaxPatterns))
+	}
+	for i, p := range patterns {
+		param := fmt.Sprintf("outputs[%d]", i)
+		if msg := outputs.CheckPattern(p); msg != "" {
+			return badParam(param, "parameter_invalid", msg)
+		}
+		if j := slices.Index(patterns[:i], p); j >= 0 {
+			return badParam(param, "parameter_conflict", fmt.Sprintf("outputs[%d] and outputs[%d] are both %q", j, i, p))
+		}
+	}
+	if len(patterns) > 0 { // "outputs": [] is the same run as none
+		c.Outputs = patterns
+	}
+	return nil
+}
+
+// fileMode matches a file's mode as a request gives it: three or four
+// octal digits.
+var fileMode = regexp.MustCompile(`^[0-7]{3,4}$`)
+
+// decodeFile checks an input file's content, encoding and mode and
+// returns its bytes and its canonical form.
+func decodeFile(f fileRequest, p string) (canonicalFile, []byte, *apiError) {
+	cf := canonicalFile{Path: *f.Path, Content: *f.Content}
+	data := []byte(*f.Content)
+	switch {
+	case f.Encoding == nil || *f.Encoding == encodingText:
+	case *f.Encoding == encodingBase64:
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(*f.Content); err != nil {
+			return cf, nil, badParam(p+".content", "parameter_invalid", "content is not valid base64 (standard alphabet, padded)")
+		}
+		cf.Encoding, cf.Content = encodingBase64, base64.StdEncoding.EncodeToString(data)
+	default:
+		return cf, nil, badParam(p+".encoding", "parameter_invalid", `encoding must be "utf-8" (the default) or "base64"`)
+	}
+	if len(data) > MaxFileBytes {
+		return cf, nil, badParam(p+".content", "parameter_invalid", fmt.Sprintf("file content exceeds %d bytes", MaxFileBytes))
+	}
+	if f.Mode != nil {
+		if !fileMode.MatchString(*f.Mode) {
+			return cf, nil, badParam(p+".mode", "parameter_invalid", `mode must be octal permission bits as a string, e.g. "0755"`)
+		}
+		m, _ := strconv.ParseUint(*f.Mode, 8, 32)
+		switch {
+		case m&^0o777 != 0:
+			return cf, nil, badParam(p+".mode", "parameter_invalid", "mode may hold permission bits only: no setuid, setgid or sticky bit")
+		case m&0o400 == 0:
+			return cf, nil, badParam(p+".mode", "parameter_invalid", "mode must let the worker read its file (0400)")
+		}
+		if m != defaultFileMode {
+			cf.Mode = fmt.Sprintf("%04o", m)
+		}
+	}
+	return cf, data, nil
+}
+
+// defaultFileMode is the mode of an input file that names none.
+const defaultFileMode = 0o644
 
 func validateConnections(conns []connectionRequest, c *canonicalRequest) *apiError {
 	if len(conns) > MaxConnections {
@@ -265,14 +368,16 @@ func validateFiles(files []fileRequest, c *canonicalRequest) *apiError {
 		if f.Content == nil {
 			return badParam(p+".content", "parameter_missing", "content is required")
 		}
-		if len(*f.Content) > MaxFileBytes {
-			return badParam(p+".content", "parameter_invalid", fmt.Sprintf("file content exceeds %d bytes", MaxFileBytes))
+		cf, data, apiErr := decodeFile(f, p)
+		if apiErr != nil {
+			return apiErr
 		}
-		total += len(*f.Content)
+		total += len(data)
 		if total > MaxFilesBytes {
 			return badParam(p+".content", "parameter_invalid", fmt.Sprintf("files exceed %d bytes in total", MaxFilesBytes))
 		}
-		c.Files = append(c.Files, runs.File{Path: *f.Path, Content: *f.Content})
+		c.Files = append(c.Files, cf)
+		c.data = append(c.data, data)
 	}
 	// No file may sit inside another: "a" cannot be a file and the
 	// directory of "a/b" at once, and writing them would fail in the VM,
@@ -311,10 +416,19 @@ func checkRelativePath(p string) string {
 }
 
 func (c canonicalRequest) spec(orgID string) runs.Spec {
+	files := make([]runs.File, len(c.Files))
+	for i, f := range c.Files {
+		files[i] = runs.File{Path: f.Path, Content: string(c.data[i]), Mode: defaultFileMode}
+		if f.Mode != "" {
+			m, _ := strconv.ParseUint(f.Mode, 8, 32) // checked by decodeFile
+			files[i].Mode = uint32(m)
+		}
+	}
 	return runs.Spec{
 		OrgID: orgID, Prompt: c.Prompt, Model: c.Model, Shell: c.Shell, Web: c.Web,
-		Connections: c.Connections, Files: c.Files, Timeout: time.Duration(c.TimeoutSeconds) * time.Second,
+		Connections: c.Connections, Files: files, Timeout: time.Duration(c.TimeoutSeconds) * time.Second,
 		MaxCostMicros: c.MaxCostMicros, ZeroDataRetention: c.ZeroDataRetention, Replay: c.Replay,
+		Outputs: c.Outputs, WebhookURL: c.WebhookURL,
 	}
 }
 

@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ephemeralhq/ephemeral/hostd/outputs"
+	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 )
 
 // FuzzRunRequest feeds hostile bodies to the decoder and validator of POST
@@ -18,7 +21,7 @@ import (
 // accepts as the same request. The seed corpus is in
 // testdata/fuzz/FuzzRunRequest.
 var runRequestFields = []string{"prompt", "model", "shell", "web", "connections", "files", "timeout_seconds",
-	"max_cost_micros", "zero_data_retention"}
+	"max_cost_micros", "zero_data_retention", "outputs", "webhook_url"}
 
 func FuzzRunRequest(f *testing.F) {
 	f.Add(productPageRequest)
@@ -52,6 +55,16 @@ func FuzzRunRequest(f *testing.F) {
 		if c.Prompt == "" || c.TimeoutSeconds < 1 || c.TimeoutSeconds > MaxTimeoutSeconds ||
 			c.MaxCostMicros < 1 || c.MaxCostMicros > lim.maxCostMicros {
 			t.Fatalf("accepted out-of-range request %+v", c)
+		}
+		for _, p := range c.Outputs {
+			if msg := outputs.CheckPattern(p); msg != "" {
+				t.Fatalf("accepted output pattern %q", p)
+			}
+		}
+		if c.WebhookURL != "" {
+			if _, err := webhook.ParseURL(c.WebhookURL); err != nil {
+				t.Fatalf("accepted webhook_url %q", c.WebhookURL)
+			}
 		}
 		paths := map[string]bool{}
 		for _, file := range c.Files {

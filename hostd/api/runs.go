@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -34,6 +37,27 @@ type runJSON struct {
 	Request            json.RawMessage `json:"request"`
 	RetentionExpiresAt *time.Time      `json:"retention_expires_at"`
 	PurgedAt           *time.Time      `json:"purged_at"`
+	// Outputs are the files the run kept (none until it ends, none once
+	// purged; under zero data retention each is listed until downloaded).
+	Outputs []outputJSON `json:"outputs"`
+}
+
+// outputJSON describes one output file of a run.
+type outputJSON struct {
+	Path        string `json:"path"`
+	Size        int64  `json:"size"`
+	SHA256      string `json:"sha256"`
+	ContentType string `json:"content_type"`
+	DownloadURL string `json:"download_url"`
+}
+
+// outputURL is where an output is downloaded, each path element escaped.
+func outputURL(runID, path string) string {
+	elems := strings.Split(path, "/")
+	for i, e := range elems {
+		elems[i] = url.PathEscape(e)
+	}
+	return "/v1/runs/" + runID + "/outputs/" + strings.Join(elems, "/")
 }
 
 type usageJSON struct {
@@ -70,6 +94,7 @@ func (s *Server) runJSON(r store.Run) runJSON {
 		Cost: costJSON{Reserved: r.Reserved, Charged: r.Charged, Released: r.Released,
 			Model: r.Cost.Model, Web: r.Cost.Web, Compute: r.Cost.Compute},
 		Output: r.Output, Request: r.Request, RetentionExpiresAt: r.RetentionUntil, PurgedAt: r.PurgedAt,
+		Outputs: []outputJSON{},
 	}
 	if r.ZeroRetention && r.Status == store.Succeeded && r.PurgedAt == nil {
 		if o, ok := s.runs.VolatileOutput(r.ID); ok {
@@ -80,6 +105,58 @@ func (s *Server) runJSON(r store.Run) runJSON {
 		out.Error = &runErrorJSON{Code: r.ErrorCode, Message: r.ErrorMessage}
 	}
 	return out
+}
+
+// runObjects are the runs as the API shows them, with their outputs: the
+// stored ones read in one query, a zero-data-retention run's from memory.
+func (s *Server) runObjects(ctx context.Context, list ...store.Run) ([]runJSON, error) {
+	var stored []string
+	for _, r := range list {
+		if !r.ZeroRetention {
+			stored = append(stored, r.ID)
+		}
+	}
+	files, err := s.store.OutputsOf(ctx, stored)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runJSON, len(list))
+	for i, r := range list {
+		out[i] = s.runJSON(r)
+		kept := files[r.ID]
+		if r.ZeroRetention && r.PurgedAt == nil {
+			kept = s.runs.VolatileFiles(r.ID)
+		}
+		for _, o := range kept {
+			out[i].Outputs = append(out[i].Outputs, outputJSON{Path: o.Path, Size: o.Size, SHA256: hex.EncodeToString(o.SHA256),
+				ContentType: o.ContentType, DownloadURL: outputURL(r.ID, o.Path)})
+		}
+	}
+	return out, nil
+}
+
+// writeRun answers with one run object.
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, status int, run store.Run) {
+	objects, err := s.runObjects(r.Context(), run)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, status, objects[0])
+}
+
+// RunObject is one of an organisation's runs encoded as GET /v1/runs/{id}
+// answers it: what a webhook delivery carries.
+func (s *Server) RunObject(ctx context.Context, orgID, runID string) ([]byte, error) {
+	run, err := s.store.GetRun(ctx, orgID, runID)
+	if err != nil {
+		return nil, err
+	}
+	objects, err := s.runObjects(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(objects[0])
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string) {
@@ -111,6 +188,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 		writeError(w, apiErr)
 		return
 	}
+	if apiErr, err := s.checkWebhookSecret(r.Context(), orgID, canon.WebhookURL); err != nil {
+		s.internalError(w, r, err)
+		return
+	} else if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	run, created, err := s.runs.Submit(r.Context(), runs.Submission{
 		Spec: canon.spec(orgID), IdempotencyKey: key, Canonical: canon.encode()})
 	switch {
@@ -128,10 +212,10 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 		s.internalError(w, r, err)
 	case created:
 		w.Header().Set("Location", "/v1/runs/"+run.ID)
-		writeJSON(w, http.StatusCreated, s.runJSON(run))
+		s.writeRun(w, r, http.StatusCreated, run)
 	default:
 		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusOK, s.runJSON(run))
+		s.writeRun(w, r, http.StatusOK, run)
 	}
 }
 
@@ -162,7 +246,7 @@ func writeNotFound(w http.ResponseWriter) {
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, orgID string) {
 	if run, ok := s.loadRun(w, r, orgID); ok {
-		writeJSON(w, http.StatusOK, s.runJSON(run))
+		s.writeRun(w, r, http.StatusOK, run)
 	}
 }
 
@@ -197,7 +281,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, orgID string)
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.runJSON(run))
+	s.writeRun(w, r, http.StatusOK, run)
 }
 
 func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, orgID string) {
@@ -218,7 +302,7 @@ func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, orgID string)
 	if err := s.store.Checkpoint(r.Context()); err != nil {
 		s.log.Warn("checkpoint after purge", "run", run.ID, "err", err)
 	}
-	writeJSON(w, http.StatusOK, s.runJSON(run))
+	s.writeRun(w, r, http.StatusOK, run)
 }
 
 const (
@@ -262,8 +346,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, orgID string) 
 		HasMore    bool      `json:"has_more"`
 		NextCursor *string   `json:"next_cursor"`
 	}{Object: "list", Data: []runJSON{}, HasMore: more}
-	for _, run := range list {
-		page.Data = append(page.Data, s.runJSON(run))
+	if page.Data, err = s.runObjects(r.Context(), list...); err != nil {
+		s.internalError(w, r, err)
+		return
 	}
 	if more {
 		page.NextCursor = &list[len(list)-1].ID

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -126,6 +127,27 @@ func TestRejectsBadInput(t *testing.T) {
 		{"file twice", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":""},{"path":"a","content":""}]}`, nil, 400, "parameter_conflict", "files[1].path"},
 		{"file trailing slash", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a/","content":""}]}`, nil, 400, "parameter_invalid", "files[0].path"},
 		{"file dot slash", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":""},{"path":"./a","content":""}]}`, nil, 400, "parameter_invalid", "files[1].path"},
+		{"outputs not list", `{"prompt":"p","max_cost_micros":1,"outputs":"report.md"}`, nil, 400, "parameter_invalid_type", "outputs"},
+		{"output absolute", `{"prompt":"p","max_cost_micros":1,"outputs":["report.md","/etc/shadow"]}`, nil, 400, "parameter_invalid", "outputs[1]"},
+		{"output dotdot", `{"prompt":"p","max_cost_micros":1,"outputs":["../x"]}`, nil, 400, "parameter_invalid", "outputs[0]"},
+		{"output double star", `{"prompt":"p","max_cost_micros":1,"outputs":["out/**/*.csv"]}`, nil, 400, "parameter_invalid", "outputs[0]"},
+		{"output bad glob", `{"prompt":"p","max_cost_micros":1,"outputs":["out/[a-"]}`, nil, 400, "parameter_invalid", "outputs[0]"},
+		{"output twice", `{"prompt":"p","max_cost_micros":1,"outputs":["a","b","a"]}`, nil, 400, "parameter_conflict", "outputs[2]"},
+		{"too many outputs", `{"prompt":"p","max_cost_micros":1,"outputs":["a"` + strings.Repeat(`,"a"`, 16) + `]}`, nil, 400, "parameter_invalid", "outputs"},
+		{"file bad encoding", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","encoding":"hex"}]}`, nil, 400, "parameter_invalid", "files[0].encoding"},
+		{"file bad base64", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"not base64!","encoding":"base64"}]}`, nil, 400, "parameter_invalid", "files[0].content"},
+		{"file base64 too big", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","encoding":"base64","content":"` + base64.StdEncoding.EncodeToString(make([]byte, MaxFileBytes+1)) + `"}]}`, nil, 400, "parameter_invalid", "files[0].content"},
+		{"file setuid", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","mode":"4755"}]}`, nil, 400, "parameter_invalid", "files[0].mode"},
+		{"file sticky", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","mode":"1777"}]}`, nil, 400, "parameter_invalid", "files[0].mode"},
+		{"file unreadable", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","mode":"0200"}]}`, nil, 400, "parameter_invalid", "files[0].mode"},
+		{"file mode words", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","mode":"rwxr-xr-x"}]}`, nil, 400, "parameter_invalid", "files[0].mode"},
+		{"file mode number", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"a","content":"x","mode":755}]}`, nil, 400, "parameter_invalid_type", "files.mode"},
+		{"webhook not http", `{"prompt":"p","max_cost_micros":1,"webhook_url":"ftp://hooks.acme.example/"}`, nil, 400, "parameter_invalid", "webhook_url"},
+		{"webhook loopback", `{"prompt":"p","max_cost_micros":1,"webhook_url":"http://127.0.0.1:8080/"}`, nil, 400, "parameter_invalid", "webhook_url"},
+		{"webhook metadata", `{"prompt":"p","max_cost_micros":1,"webhook_url":"http://169.254.169.254/"}`, nil, 400, "parameter_invalid", "webhook_url"},
+		{"webhook localhost", `{"prompt":"p","max_cost_micros":1,"webhook_url":"https://localhost/hook"}`, nil, 400, "parameter_invalid", "webhook_url"},
+		{"webhook user info", `{"prompt":"p","max_cost_micros":1,"webhook_url":"https://u:p@hooks.acme.example/"}`, nil, 400, "parameter_invalid", "webhook_url"},
+		{"webhook without secret", `{"prompt":"p","max_cost_micros":1,"webhook_url":"https://hooks.acme.example/"}`, nil, 400, "webhook_secret_missing", "webhook_url"},
 		{"body too large", `{"prompt":"` + big + `","max_cost_micros":1}`, nil, 413, "body_too_large", ""},
 		{"bad idempotency key", productPageRequest, []string{"Idempotency-Key", "has space"}, 400, "parameter_invalid", "Idempotency-Key"},
 	}

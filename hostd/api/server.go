@@ -30,6 +30,9 @@ type Config struct {
 	// Nil accepts any name.
 	ValidateModel func(model string) error
 	Limits        Limits
+	// Webhooks keeps the secrets webhook deliveries are signed with;
+	// nil: runs may not name a webhook_url.
+	Webhooks WebhookSecrets
 	// CredentialRecheck is how often a live event stream checks that its
 	// API key still works; default DefaultCredentialRecheck.
 	CredentialRecheck time.Duration
@@ -70,6 +73,7 @@ type Server struct {
 	lim               limits
 	limiter           *limiter
 	credentialRecheck time.Duration
+	webhooks          WebhookSecrets
 	log               *slog.Logger
 
 	models         func() []registry.Status
@@ -102,7 +106,7 @@ func New(st *store.Store, svc *runs.Service, cfg Config) *Server {
 		lim:     limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel},
 		limiter: newLimiter(cfg.Limits), credentialRecheck: cfg.CredentialRecheck,
 		models: cfg.Models, exampleRequest: cfg.ExampleRequest, sessions: cfg.Sessions,
-		crossOrigin: http.NewCrossOriginProtection()}
+		crossOrigin: http.NewCrossOriginProtection(), webhooks: cfg.Webhooks}
 }
 
 // Handler routes every endpoint of the API. /metrics is not one of them:
@@ -119,6 +123,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/runs/{id}/cancel", s.authed(otherRequest, s.cancelRun))
 	mux.Handle("GET /v1/runs/{id}/events", s.authed(otherRequest, s.events))
 	mux.Handle("GET /v1/runs/{id}/recording", s.authed(otherRequest, s.getRecording))
+	mux.Handle("GET /v1/runs/{id}/outputs/{path...}", s.authed(otherRequest, s.getOutput))
+	mux.Handle("GET /v1/runs/{id}/webhook_deliveries", s.authed(otherRequest, s.getWebhookDeliveries))
+	mux.Handle("POST /v1/webhook_secret/rotate", s.authed(otherRequest, s.rotateWebhookSecret))
 	mux.Handle("GET /v1/balance", s.authed(otherRequest, s.balance))
 	mux.Handle("GET /v1/models", s.public(s.listModels))
 	mux.Handle("/", s.public(notFound))

@@ -50,6 +50,16 @@ type Config struct {
 	// its model turns and of its timeline's content.
 	MaxRecordingBytes int64
 	MaxTimelineBytes  int64
+	// MaxOutputFileBytes and MaxOutputBytes cap each output file a run
+	// keeps and all of them together.
+	MaxOutputFileBytes int64
+	MaxOutputBytes     int64
+
+	// Webhook deliveries: how many attempts, the first wait (each later
+	// one three times longer) and the limit of one attempt.
+	WebhookAttempts   int
+	WebhookFirstRetry time.Duration
+	WebhookTimeout    time.Duration
 
 	DefaultModel             string
 	ComputeMicrosPerVMSecond int64
@@ -111,6 +121,11 @@ func Defaults() Config {
 		CommandTimeout:           60 * time.Second,
 		MaxRecordingBytes:        8 << 20,
 		MaxTimelineBytes:         4 << 20,
+		MaxOutputFileBytes:       10 << 20,
+		MaxOutputBytes:           50 << 20,
+		WebhookAttempts:          6,
+		WebhookFirstRetry:        30 * time.Second,
+		WebhookTimeout:           10 * time.Second,
 		DefaultModel:             "openai/gpt-6-luna",
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
@@ -198,6 +213,11 @@ var Settings = []Setting{
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
 	{Name: "max-recording-bytes", Usage: "bytes one run's recording of its model turns may store; later turns are not recorded and the recording is marked truncated", field: func(c *Config) any { return &c.MaxRecordingBytes }},
 	{Name: "max-timeline-bytes", Usage: "bytes one run's timeline may store of commands, output and web calls; what passes it is left out, and a last entry says how much", field: func(c *Config) any { return &c.MaxTimelineBytes }},
+	{Name: "max-output-file-bytes", Usage: "bytes one output file of a run may have; a larger one is skipped, and an Output entry says so", field: func(c *Config) any { return &c.MaxOutputFileBytes }},
+	{Name: "max-output-bytes", Usage: "bytes the output files of one run may have together; files past it are skipped", field: func(c *Config) any { return &c.MaxOutputBytes }},
+	{Name: "webhook-attempts", Usage: "POSTs one webhook delivery gets before it has failed", field: func(c *Config) any { return &c.WebhookAttempts }},
+	{Name: "webhook-first-retry", Usage: "wait after a webhook's first failed attempt; each later wait is three times the one before, give or take 20%", field: func(c *Config) any { return &c.WebhookFirstRetry }},
+	{Name: "webhook-timeout", Usage: "longest one webhook attempt may take, the receiver's answer included", field: func(c *Config) any { return &c.WebhookTimeout }},
 	{Name: "default-model", Usage: "model used when a request names none", field: func(c *Config) any { return &c.DefaultModel }},
 	{Name: "compute-micros-per-vm-second", Usage: "compute price in micro-dollars per VM-second", field: func(c *Config) any { return &c.ComputeMicrosPerVMSecond }},
 	{Name: "web-micros-per-request", Usage: "price of one brokered web request in micro-dollars", field: func(c *Config) any { return &c.WebMicrosPerRequest }},
@@ -248,7 +268,9 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{{"retention", c.Retention}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout},
-		{"session-idle-timeout", c.SessionIdleTimeout}, {"session-max-age", c.SessionMaxAge}} {
+		{"session-idle-timeout", c.SessionIdleTimeout}, {"session-max-age", c.SessionMaxAge},
+
+		{"webhook-first-retry", c.WebhookFirstRetry}, {"webhook-timeout", c.WebhookTimeout}} {
 		if d.v <= 0 {
 			bad(d.name, "must be a positive duration, got %v", d.v)
 		}
@@ -259,6 +281,7 @@ func (c Config) Validate() error {
 	}{{"max-concurrent-runs", int64(c.MaxConcurrentRuns)}, {"max-active-runs-per-org", int64(c.MaxActiveRunsPerOrg)},
 		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)},
 		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes},
+		{"max-output-file-bytes", c.MaxOutputFileBytes}, {"max-output-bytes", c.MaxOutputBytes}, {"webhook-attempts", int64(c.WebhookAttempts)},
 		{"limit-key-run-creations", int64(c.LimitKeyRunCreations)}, {"limit-key-reads", int64(c.LimitKeyReads)},
 		{"limit-key-streams", int64(c.LimitKeyStreams)}, {"limit-address-run-creations", int64(c.LimitAddressRunCreations)},
 		{"limit-address-reads", int64(c.LimitAddressReads)}, {"limit-address-streams", int64(c.LimitAddressStreams)}} {

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/outputs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 )
@@ -28,6 +30,9 @@ type Recorder struct {
 
 	mu   sync.Mutex
 	stop context.CancelCauseFunc
+	// files are a zero-data-retention run's outputs, held until the run
+	// ends and they move to the service's volatile outputs.
+	files []store.Output
 }
 
 func newRecorder(s *Service, spec Spec, queuedAt time.Time) *Recorder {
@@ -190,6 +195,40 @@ func (r *Recorder) Charge(u ledger.Usage) error {
 		r.mu.Unlock()
 	}
 	return errors.Join(meterErr, persistErr)
+}
+
+// ErrOutputNotKept means an output file was not kept: the zero-data-
+// retention files the daemon holds in memory would pass their cap.
+var ErrOutputNotKept = errors.New("the daemon holds its maximum of zero-data-retention output files in memory")
+
+// Output keeps a file the run produced, under path (checked by the caller
+// with package outputs). It is run content: stored with the run and
+// purged with it, or under zero data retention held in memory only, for
+// a while after the run ends, and returned once.
+func (r *Recorder) Output(path string, data []byte) error {
+	sum := sha256.Sum256(data)
+	o := store.Output{Path: path, Size: int64(len(data)), SHA256: sum[:], ContentType: outputs.ContentType(path, data), Data: data}
+	if r.zeroRetention {
+		if !r.svc.holdVolatile(o.Size) {
+			return ErrOutputNotKept
+		}
+		r.mu.Lock()
+		r.files = append(r.files, o)
+		r.mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	return r.svc.store.AddOutput(ctx, r.runID, o)
+}
+
+// takeFiles hands over the zero-data-retention files held so far.
+func (r *Recorder) takeFiles() []store.Output {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	files := r.files
+	r.files = nil
+	return files
 }
 
 // Remaining is what the run may still spend, in micros: check it before

@@ -43,6 +43,11 @@ type Spec struct {
 	// Replay names a recording whose model turns the run replays instead
 	// of calling the model; its commands still run live. Empty: a live run.
 	Replay string
+	// Outputs are patterns (package outputs) naming the files under the
+	// scratch directory that are copied out when the run ends.
+	Outputs []string
+	// WebhookURL, when set, is POSTed the run object when the run ends.
+	WebhookURL string
 }
 
 // NeedsEgress reports whether the run may reach anything outside its VM
@@ -55,10 +60,14 @@ type Connection struct {
 	Methods []string `json:"methods"`
 }
 
-// File is written into the run's scratch directory before the worker starts.
+// File is written into the run's scratch directory before the worker
+// starts, owned by the worker.
 type File struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
+	Path string
+	// Content is the file's bytes, which need not be text.
+	Content string
+	// Mode is the file's permission bits; 0 means 0644.
+	Mode uint32
 }
 
 // Result is what a finished run produced.
@@ -88,16 +97,24 @@ type Config struct {
 	// their output, web calls) store on its timeline (0:
 	// DefaultMaxTimelineBytes); a last entry says what was left out.
 	MaxTimelineBytes int64
+	// MaxVolatileBytes caps the output files of zero-data-retention runs
+	// held in memory at once, daemon-wide (0: DefaultMaxVolatileBytes);
+	// files past it are not kept.
+	MaxVolatileBytes int64
 	// Reconcile is called at every start-up with the ids (maybe none) of runs a dead daemon
 	// left active, after their money is settled, to remove their sandboxes.
 	Reconcile func(ctx context.Context, runIDs []string) error
-	Logger    *slog.Logger
+	// Finished is told each run that ended (also at recovery), after
+	// its end is stored: the webhook deliverer wakes up for it.
+	Finished func(runID string)
+	Logger   *slog.Logger
 }
 
 // Defaults of the size caps in Config.
 const (
 	DefaultMaxRecordingBytes = 8 << 20
 	DefaultMaxTimelineBytes  = 4 << 20
+	DefaultMaxVolatileBytes  = 256 << 20
 )
 
 // DefaultMaxConcurrent derives the global cap from the machine: one run per
@@ -127,8 +144,10 @@ type Service struct {
 	mu     sync.Mutex
 	active map[string]*activeRun
 	// volatile holds zero-data-retention outputs in memory only, briefly,
-	// so the client can still read them.
-	volatile map[string]volatileOutput
+	// so the client can still read them; volatileBytes is what their
+	// files (and those of running runs) take.
+	volatile      map[string]*volatileOutput
+	volatileBytes int64
 }
 
 type activeRun struct {
@@ -137,8 +156,10 @@ type activeRun struct {
 }
 
 type volatileOutput struct {
-	output  string
-	expires time.Time
+	output    *string
+	files     map[string]store.Output // by path; each is returned once
+	fileOrder []string
+	expires   time.Time
 }
 
 // volatileTTL bounds how long a zero-retention output stays readable.
@@ -164,6 +185,9 @@ func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
 	if cfg.MaxTimelineBytes <= 0 {
 		cfg.MaxTimelineBytes = DefaultMaxTimelineBytes
 	}
+	if cfg.MaxVolatileBytes <= 0 {
+		cfg.MaxVolatileBytes = DefaultMaxVolatileBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -172,7 +196,7 @@ func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
 		slots:         semaphore.NewWeighted(int64(cfg.MaxConcurrent)),
 		BootDurations: metrics.NewHistogram(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
 		active:        map[string]*activeRun{},
-		volatile:      map[string]volatileOutput{},
+		volatile:      map[string]*volatileOutput{},
 	}
 }
 
@@ -205,6 +229,7 @@ func (s *Service) Submit(ctx context.Context, sub Submission) (store.Run, bool, 
 		Reserve: spec.MaxCostMicros, CreatedAt: time.Now(), MaxActive: s.cfg.MaxActivePerOrg,
 		Queued: store.Event{Category: timeline.Queued, Message: timeline.Reserved(spec.MaxCostMicros),
 			Data: mustJSON(map[string]any{"reserved_micros": spec.MaxCostMicros})},
+		WebhookURL: spec.WebhookURL,
 	}
 	if !spec.ZeroDataRetention {
 		nr.Request = sub.Canonical
@@ -265,10 +290,68 @@ func (s *Service) VolatileOutput(runID string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.volatile[runID]
-	if !ok || time.Now().After(v.expires) {
+	if !ok || time.Now().After(v.expires) || v.output == nil {
 		return "", false
 	}
-	return v.output, true
+	return *v.output, true
+}
+
+// VolatileFiles lists (without their data) the output files of a
+// zero-data-retention run that are held in memory and not yet taken.
+func (s *Service) VolatileFiles(runID string) []store.Output {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.volatile[runID]
+	if !ok || time.Now().After(v.expires) {
+		return nil
+	}
+	var out []store.Output
+	for _, p := range v.fileOrder {
+		if f, ok := v.files[p]; ok {
+			f.Data = nil
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TakeVolatileFile returns an output file of a zero-data-retention run and
+// forgets it: such a file is returned once, never stored.
+func (s *Service) TakeVolatileFile(runID, path string) (store.Output, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.volatile[runID]
+	if !ok || time.Now().After(v.expires) {
+		return store.Output{}, false
+	}
+	f, ok := v.files[path]
+	if ok {
+		delete(v.files, path)
+		s.volatileBytes -= f.Size
+	}
+	return f, ok
+}
+
+// holdVolatile counts n more bytes of zero-retention files against the
+// daemon-wide cap; false when they do not fit.
+func (s *Service) holdVolatile(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.volatileBytes+n > s.cfg.MaxVolatileBytes {
+		return false
+	}
+	s.volatileBytes += n
+	return true
+}
+
+// dropVolatile forgets a run's held output and its files.
+func (s *Service) dropVolatile(runID string) {
+	if v, ok := s.volatile[runID]; ok {
+		for _, f := range v.files {
+			s.volatileBytes -= f.Size
+		}
+		delete(s.volatile, runID)
+	}
 }
 
 // Serve runs the retention janitor until ctx ends, then stops every active
@@ -308,7 +391,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	for id, v := range s.volatile {
 		if now.After(v.expires) {
-			delete(s.volatile, id)
+			s.dropVolatile(id)
 		}
 	}
 	s.mu.Unlock()
@@ -414,14 +497,20 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 	if code != "" {
 		f.ErrorCode, f.ErrorMessage = code, message
 	}
-	if st == store.Succeeded {
-		if spec.ZeroDataRetention {
-			s.mu.Lock()
-			s.volatile[spec.RunID] = volatileOutput{output: res.Output, expires: now.Add(volatileTTL)}
-			s.mu.Unlock()
-		} else {
-			f.Output = &res.Output
+	if spec.ZeroDataRetention {
+		v := &volatileOutput{files: map[string]store.Output{}, expires: now.Add(volatileTTL)}
+		if st == store.Succeeded {
+			v.output = &res.Output
 		}
+		for _, o := range rec.takeFiles() {
+			v.files[o.Path] = o
+			v.fileOrder = append(v.fileOrder, o.Path)
+		}
+		s.mu.Lock()
+		s.volatile[spec.RunID] = v
+		s.mu.Unlock()
+	} else if st == store.Succeeded {
+		f.Output = &res.Output
 	}
 	t := now.Sub(rec.queuedAt)
 	// What the timeline cap left out is said last before the outcome.
@@ -439,6 +528,9 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 		s.log.Error("finish run", "run", spec.RunID, "err", err)
 	}
 	s.hub.Notify(spec.RunID)
+	if s.cfg.Finished != nil {
+		s.cfg.Finished(spec.RunID)
+	}
 }
 
 // Recover ends the runs a dead daemon left queued or running: each becomes
@@ -477,6 +569,9 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
 		}
 		ids = append(ids, r.ID)
+		if s.cfg.Finished != nil {
+			s.cfg.Finished(r.ID)
+		}
 	}
 	if s.cfg.Reconcile != nil {
 		if err := s.cfg.Reconcile(ctx, ids); err != nil {

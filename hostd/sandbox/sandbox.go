@@ -405,6 +405,23 @@ func (s *Sandbox) ReadFile(ctx context.Context, req vsockproto.FileRequest, w io
 	return nil
 }
 
+// ListOutputs lists what matches a run's output patterns in the guest.
+func (s *Sandbox) ListOutputs(ctx context.Context, req vsockproto.OutputsRequest) (vsockproto.OutputListing, error) {
+	l, err := s.client.ListOutputs(ctx, req)
+	if err != nil {
+		return l, s.explain(fmt.Errorf("sandbox: list outputs: %w", err))
+	}
+	return l, nil
+}
+
+// ReadOutput copies an output file from the guest to w.
+func (s *Sandbox) ReadOutput(ctx context.Context, req vsockproto.FileRequest, w io.Writer) error {
+	if err := s.client.ReadOutput(ctx, req, w); err != nil {
+		return s.explain(fmt.Errorf("sandbox: read output %s: %w", req.Path, err))
+	}
+	return nil
+}
+
 // explain marks errors caused by the VM having gone away.
 func (s *Sandbox) explain(err error) error {
 	select {

@@ -127,7 +127,8 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 	old := time.Now().Add(-48 * time.Hour)
 	newRun := func(id, key string) NewRun {
 		return NewRun{ID: id, OrgID: org.ID, IdempotencyKey: key, RequestHash: []byte(key), Request: json.RawMessage(`{"prompt":"p"}`),
-			Model: "m", TimeoutSeconds: 60, Reserve: 1000, CreatedAt: old, MaxActive: 10, Queued: Event{Category: "Queued", Message: "queued"}}
+			Model: "m", TimeoutSeconds: 60, Reserve: 1000, CreatedAt: old, MaxActive: 10, Queued: Event{Category: "Queued", Message: "queued"},
+			WebhookURL: "https://hooks.acme.test/" + id}
 	}
 	finish := func(id string, until time.Time) error {
 		out := "output"
@@ -200,6 +201,9 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 		}},
 		{"AppendRecordingExchange", func() error { return st.AppendRecordingExchange(ctx, "run_0", 1, []byte(`{"turn":1}`)) }},
 		{"SetRecordingTruncation", func() error { return st.SetRecordingTruncation(ctx, "run_0", []byte(`{"kept_turns":1}`)) }},
+		{"AddOutput", func() error {
+			return st.AddOutput(ctx, "run_0", Output{Path: "report.md", Size: 2, SHA256: []byte("sum"), ContentType: "text/markdown", Data: []byte("hi")})
+		}},
 		{"ActiveRuns", func() error { _, err := st.ActiveRuns(ctx); return err }},
 		{"FinishRun", func() error {
 			for i := range 5 {
@@ -271,6 +275,28 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 		}},
 		{"ClearAttempts", func() error { return st.ClearAttempts(ctx, "sign-in-account:ada@acme.test") }},
 		{"Totals", func() error { _, err := st.Totals(ctx); return err }},
+		{"OutputsOf", func() error { _, err := st.OutputsOf(ctx, []string{"run_0", "run_1"}); return err }},
+		{"Output", func() error { _, err := st.Output(ctx, "run_0", "report.md"); return err }},
+		{"SetWebhookSecret", func() error { return st.SetWebhookSecret(ctx, org.ID, []byte("sealed"), time.Now()) }},
+		{"WebhookSecret", func() error { _, _, err := st.WebhookSecret(ctx, org.ID); return err }},
+		{"DueWebhooks", func() error {
+			due, err := st.DueWebhooks(ctx, time.Now(), 10)
+			if err == nil && len(due) != 5 {
+				err = fmt.Errorf("%d webhooks due, want 5", len(due))
+			}
+			return err
+		}},
+		{"NextWebhookAt", func() error { _, _, err := st.NextWebhookAt(ctx); return err }},
+		{"RecordWebhookAttempt", func() error {
+			retry := time.Now().Add(time.Minute)
+			if err := st.RecordWebhookAttempt(ctx, "run_0", WebhookAttempt{Attempt: 1, StartedAt: time.Now(), StatusCode: 500},
+				WebhookOutcome{RetryAt: &retry}); err != nil {
+				return err
+			}
+			return st.RecordWebhookAttempt(ctx, "run_0", WebhookAttempt{Attempt: 2, StartedAt: time.Now(), StatusCode: 204},
+				WebhookOutcome{State: WebhookDelivered, Event: &Event{Category: "Webhook", Message: "delivered"}})
+		}},
+		{"Webhook", func() error { _, _, err := st.Webhook(ctx, "run_0"); return err }},
 		{"PurgeRun", func() error { _, err := st.PurgeRun(ctx, org.ID, "run_4", time.Now()); return err }},
 		{"PurgeExpired", func() error {
 			// run_0 and run_1 have expired, and every key is older than a day.

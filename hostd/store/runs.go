@@ -92,6 +92,9 @@ type NewRun struct {
 	CreatedAt      time.Time
 	MaxActive      int   // the organisation's cap on queued+running runs
 	Queued         Event // the first timeline entry
+	// WebhookURL, when set, queues a webhook delivery that FinishRun
+	// makes due.
+	WebhookURL string
 }
 
 const runColumns = `id, org_id, status, request, model, zero_retention, timeout_seconds, created_at, started_at,
@@ -179,6 +182,11 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 		}
 		if _, err := appendEvent(ctx, tx, nr.ID, nr.Queued); err != nil {
 			return err
+		}
+		if nr.WebhookURL != "" {
+			if err := insertWebhook(ctx, tx, nr.ID, nr.OrgID, nr.WebhookURL); err != nil {
+				return err
+			}
 		}
 		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, nr.ID))
 		created = true
@@ -300,9 +308,9 @@ type Amendment struct {
 }
 
 // FinishRun ends an active run: it settles the hold (charging f.Cost, capped
-// at the reservation), stores the outcome, amends the entries f.Amend names
-// and appends the events built from the settled amounts, all in one
-// transaction. Finishing a run that already
+// at the reservation), stores the outcome, amends the entries f.Amend names,
+// appends the events built from the settled amounts and makes the run's
+// webhook delivery due, if it has one, all in one transaction. Finishing a run that already
 // ended returns ErrNotFound-wrapped error and changes nothing.
 func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
 	var run Run
@@ -354,6 +362,9 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 				return err
 			}
 		}
+		if err := webhookDue(ctx, tx, runID, f.At); err != nil {
+			return err
+		}
 		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
 		return err
 	})
@@ -383,7 +394,8 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]Run, error) {
 }
 
 // PurgeRun removes a finished run's content (request, output, error text,
-// content events, recording), keeping its metering and the ledger intact.
+// content events, recording, output files, webhook delivery), keeping its
+// metering and the ledger intact.
 func (s *Store) PurgeRun(ctx context.Context, orgID, runID string, at time.Time) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -419,9 +431,11 @@ func purge(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 		PurgedContent, runID); err != nil {
 		return fmt.Errorf("store: purge events of %s: %w", runID, err)
 	}
-	for _, table := range []string{"recordings", "recording_exchanges", "recording_truncations"} {
+	// A webhook still pending is dropped with the rest: its URL is content.
+	for _, table := range []string{"recordings", "recording_exchanges", "recording_truncations", "run_outputs",
+		"webhook_deliveries", "webhook_attempts"} {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id = ?`, runID); err != nil {
-			return fmt.Errorf("store: purge recording of %s: %w", runID, err)
+			return fmt.Errorf("store: purge %s of %s: %w", table, runID, err)
 		}
 	}
 	// A published replay of a purged run would show nothing: its link ends.

@@ -18,7 +18,8 @@ import (
 
 // Start settles the runs a previous daemon left active (and removes their
 // sandboxes and any other leftovers of dead processes), then starts the
-// runs service: its scheduler and retention janitor run until Close.
+// runs service (its scheduler and retention janitor) and the webhook
+// deliverer, which run until Close.
 func (s *System) Start(ctx context.Context) error {
 	recovered, err := s.Runs.Recover(ctx)
 	if len(recovered) > 0 {
@@ -27,11 +28,16 @@ func (s *System) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.runsCancel, s.runsDone = cancel, make(chan struct{})
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopBackground = cancel
+	s.background.Add(2)
 	go func() {
-		defer close(s.runsDone)
-		s.Runs.Serve(runsCtx, s.Config.JanitorInterval)
+		defer s.background.Done()
+		s.Runs.Serve(bg, s.Config.JanitorInterval)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.Webhooks.Run(bg)
 	}()
 	return nil
 }

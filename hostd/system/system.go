@@ -1,8 +1,9 @@
 // Package system is Ephemeral's composition root: the one place that turns
 // a config.Config into a working daemon. New builds, in order, the store,
-// the secret key and connection registry, the model registry, the timeline
-// hub, the sandbox manager, the broker, the agent, the runs service and the
-// API server; Close tears them down in reverse. `ephemeral serve`, `run`,
+// the secret key, connection registry and webhook secrets, the model
+// registry, the timeline hub, the sandbox manager, the broker, the agent,
+// the webhook deliverer, the runs service and the API server; Close tears
+// them down in reverse. `ephemeral serve`, `run`,
 // `admin`, `bench` and the end-to-end tests all get their parts here, and
 // nothing else wires subsystems together.
 //
@@ -41,6 +42,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 	"github.com/ephemeralhq/ephemeral/hostd/web"
+	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 	"github.com/ephemeralhq/ephemeral/internal/cleanup"
 )
 
@@ -51,7 +53,10 @@ type System struct {
 
 	Store       *store.Store
 	Connections *connections.Registry
-	Models      *registry.Registry
+	// WebhookSecrets signs webhook deliveries; Webhooks delivers them.
+	WebhookSecrets *webhook.Secrets
+	Webhooks       *webhook.Deliverer
+	Models         *registry.Registry
 	// Examples are the shipped examples, which runs may replay.
 	Examples *example.Set
 	Hub      *timeline.Hub
@@ -70,8 +75,10 @@ type System struct {
 
 	parts cleanup.Stack // the parts' teardowns, in the order they were built
 
-	runsCancel context.CancelFunc
-	runsDone   chan struct{}
+	// stopBackground ends what Start started (the runs service and the
+	// webhook deliverer); background waits for them.
+	stopBackground context.CancelFunc
+	background     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -103,6 +110,10 @@ type Options struct {
 	// on loopback; no configuration reaches them.
 	BrokerResolver        broker.Resolver
 	UnsafeBrokerTestHooks *broker.TestHooks
+	// WebhookResolver and UnsafeWebhookTestHooks let tests reach a
+	// webhook receiver on loopback; no configuration reaches them.
+	WebhookResolver        webhook.Resolver
+	UnsafeWebhookTestHooks *webhook.TestHooks
 }
 
 // DatabasePath is where the daemon keeps its database in a state directory.
@@ -155,11 +166,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			UnsafeTestHooks: opts.UnsafeBrokerTestHooks,
 		})
 		s.Agent, err = agent.New(agent.Config{
-			Boot:           sandboxBoot(s.Sandboxes, s.Broker),
-			Models:         s.Models,
-			Replays:        s.replays(opts.Replay, opts.ReplayOf),
-			MaxTurns:       cfg.MaxModelTurns,
-			CommandTimeout: cfg.CommandTimeout,
+			Boot:               sandboxBoot(s.Sandboxes, s.Broker),
+			Models:             s.Models,
+			Replays:            s.replays(opts.Replay, opts.ReplayOf),
+			MaxTurns:           cfg.MaxModelTurns,
+			CommandTimeout:     cfg.CommandTimeout,
+			MaxOutputFileBytes: cfg.MaxOutputFileBytes,
+			MaxOutputBytes:     cfg.MaxOutputBytes,
 		})
 		if err != nil {
 			return nil, err
@@ -170,6 +183,20 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			return err
 		}
 	}
+	s.Webhooks = webhook.New(webhook.Config{
+		Store:   s.Store,
+		Secrets: s.WebhookSecrets,
+		// A delivery carries the run object as the API shows it.
+		Render: func(ctx context.Context, orgID, runID string) ([]byte, error) {
+			return s.API.RunObject(ctx, orgID, runID)
+		},
+		Attempts:        cfg.WebhookAttempts,
+		FirstRetry:      cfg.WebhookFirstRetry,
+		Timeout:         cfg.WebhookTimeout,
+		Resolver:        opts.WebhookResolver,
+		UnsafeTestHooks: opts.UnsafeWebhookTestHooks,
+		Logger:          s.Log,
+	})
 	s.Runs = runs.New(s.Store, s.Hub, runs.Config{
 		Executor: executor,
 		Rates: ledger.Rates{
@@ -182,6 +209,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		MaxRecordingBytes: cfg.MaxRecordingBytes,
 		MaxTimelineBytes:  cfg.MaxTimelineBytes,
 		Reconcile:         reconcile,
+		Finished:          func(string) { s.Webhooks.Wake() },
 		Logger:            s.Log,
 	})
 	s.Accounts = accounts.New(s.Store, accounts.Config{
@@ -196,6 +224,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
 		Limits:        apiLimits(cfg),
+		Webhooks:      s.WebhookSecrets,
 		Logger:        s.Log,
 		Models:        s.Models.Models,
 		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
@@ -274,6 +303,7 @@ func (s *System) openStore(ctx context.Context, dbPath string) error {
 		return err
 	}
 	s.Connections = connections.NewRegistry(st, key)
+	s.WebhookSecrets = webhook.NewSecrets(st, key)
 	return nil
 }
 
@@ -358,9 +388,9 @@ func (s *System) onClose(f func() error) { s.parts.AddErr(f) }
 // every part in the reverse order of building.
 func (s *System) Close() error {
 	s.closeOnce.Do(func() {
-		if s.runsCancel != nil {
-			s.runsCancel()
-			<-s.runsDone
+		if s.stopBackground != nil {
+			s.stopBackground()
+			s.background.Wait()
 		}
 		s.closeErr = s.parts.Run()
 	})

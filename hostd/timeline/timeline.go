@@ -21,6 +21,8 @@ const (
 	Connection      = "Connection"
 	Network         = "Network"
 	Model           = "Model"
+	Output          = "Output"
+	Webhook         = "Webhook"
 	Successful      = "Successful"
 	Failed          = "Failed"
 	TimedOut        = "Timed out"
@@ -99,7 +101,7 @@ func LimitReached(limit int64) string {
 // size cap at a turn: "recording cap of 8 MiB reached: turn 13 and later
 // turns are not recorded".
 func RecordingCapped(turn int, limitBytes int64) string {
-	return fmt.Sprintf("recording cap of %s reached: turn %d and later turns are not recorded", byteSize(limitBytes), turn)
+	return fmt.Sprintf("recording cap of %s reached: turn %d and later turns are not recorded", ByteSize(limitBytes), turn)
 }
 
 // TimelineCapped says what a run's timeline left out once it reached its
@@ -114,7 +116,54 @@ func TimelineCapped(dropped, cut, droppedBytes, limitBytes int64) string {
 	if cut > 0 {
 		parts = append(parts, money.Count(cut)+" cut short")
 	}
-	return fmt.Sprintf("timeline cap of %s reached: %s (%s)", byteSize(limitBytes), strings.Join(parts, ", "), byteSize(droppedBytes))
+	return fmt.Sprintf("timeline cap of %s reached: %s (%s)", ByteSize(limitBytes), strings.Join(parts, ", "), ByteSize(droppedBytes))
+}
+
+// OutputKept says an output file was copied out of the microVM: "kept
+// report.md (1.2 KiB)".
+func OutputKept(path string, size int64) string {
+	return fmt.Sprintf("kept %s (%s)", path, ByteSize(size))
+}
+
+// OutputSkipped says why a matching entry was not kept: "skipped
+// out/big.csv: 12 MiB over the 10 MiB per-file cap".
+func OutputSkipped(path, why string) string { return "skipped " + path + ": " + why }
+
+// OverFileCap is why a file too large was skipped.
+func OverFileCap(size, limit int64) string {
+	return fmt.Sprintf("%s over the %s per-file cap", ByteSize(size), ByteSize(limit))
+}
+
+// OverRunCap is why a file that would take the run past its cap was
+// skipped.
+func OverRunCap(size, limit int64) string {
+	return fmt.Sprintf("%s would take the run's outputs past their %s cap", ByteSize(size), ByteSize(limit))
+}
+
+// GrewPastCap is why a file that grew while it was copied was skipped.
+func GrewPastCap(limit int64) string {
+	return fmt.Sprintf("grew while being copied, past the %s it could take", ByteSize(limit))
+}
+
+// OutputUnmatched says a pattern matched nothing: "nothing matches
+// out/*.csv".
+func OutputUnmatched(pattern string) string { return "nothing matches " + pattern }
+
+// OutputsTruncated says the listing stopped at its cap.
+func OutputsTruncated(max int) string {
+	return fmt.Sprintf("more than %s entries match the output patterns; the rest are skipped", money.Count(int64(max)))
+}
+
+// WebhookDelivered closes a run's webhook delivery: "webhook delivered:
+// 204 after 2 attempts".
+func WebhookDelivered(status, attempts int) string {
+	return fmt.Sprintf("webhook delivered: %d after %s", status, plural(int64(attempts), "attempt"))
+}
+
+// WebhookFailed says every attempt failed: "webhook failed after 6
+// attempts (last: 503)".
+func WebhookFailed(attempts int, last string) string {
+	return fmt.Sprintf("webhook failed after %s (last: %s)", plural(int64(attempts), "attempt"), last)
 }
 
 func pluralEntries(n int64) string {
@@ -124,8 +173,8 @@ func pluralEntries(n int64) string {
 	return money.Count(n) + " entries"
 }
 
-// byteSize writes a size for people: "512 bytes", "4 MiB", "1.3 MiB".
-func byteSize(n int64) string {
+// ByteSize writes a size for people: "512 bytes", "4 MiB", "1.3 MiB".
+func ByteSize(n int64) string {
 	const kib, mib = 1 << 10, 1 << 20
 	var s string
 	switch {

@@ -20,6 +20,14 @@ func TestWordingMatchesProductPage(t *testing.T) {
 		{TimelineCapped(12, 1, 1363149, 4<<20), "timeline cap of 4 MiB reached: 12 entries not stored, 1 cut short (1.3 MiB)"},
 		{TimelineCapped(1, 0, 2560, 4<<20), "timeline cap of 4 MiB reached: 1 entry not stored (2.5 KiB)"},
 		{TimelineCapped(0, 2, 900, 1000), "timeline cap of 1,000 bytes reached: 2 cut short (900 bytes)"},
+		{OutputKept("report.md", 1229), "kept report.md (1.2 KiB)"},
+		{OutputSkipped("out/big.csv", OverFileCap(12<<20, 10<<20)), "skipped out/big.csv: 12 MiB over the 10 MiB per-file cap"},
+		{OverRunCap(5<<20, 50<<20), "5 MiB would take the run's outputs past their 50 MiB cap"},
+		{GrewPastCap(10 << 20), "grew while being copied, past the 10 MiB it could take"},
+		{OutputUnmatched("out/*.csv"), "nothing matches out/*.csv"},
+		{OutputsTruncated(1000), "more than 1,000 entries match the output patterns; the rest are skipped"},
+		{WebhookDelivered(204, 1), "webhook delivered: 204 after 1 attempt"},
+		{WebhookFailed(6, "503"), "webhook failed after 6 attempts (last: 503)"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -23,9 +23,30 @@ var orgFlag = &cli.StringFlag{Name: "org", Usage: "organisation name", Required:
 
 var adminCommand = &cli.Command{
 	Name:  "admin",
-	Usage: "manage organisations, members, API keys, balances and connections in the daemon's database",
+	Usage: "manage organisations, members, API keys, balances, connections and webhook secrets in the daemon's database",
 	Subcommands: []*cli.Command{
 		connectionCommand,
+		{
+			Name: "webhook-secret", Usage: "the secret an organisation's webhook deliveries are signed with",
+			Subcommands: []*cli.Command{{
+				Name:  "rotate",
+				Usage: "make the organisation a new webhook secret, replacing the old one for every delivery from now on; it is printed once",
+				Flags: []cli.Flag{orgFlag},
+				Action: withSystem(func(c *cli.Context, sys *system.System) error {
+					o, err := sys.Store.OrgByName(c.Context, c.String("org"))
+					if err != nil {
+						return err
+					}
+					secret, _, err := sys.WebhookSecrets.Rotate(c.Context, o.ID)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.ErrWriter, "new webhook secret for %s; deliveries are signed with it from now on; store it now, it is not shown again:\n", o.Name)
+					fmt.Fprintln(c.App.Writer, secret)
+					return nil
+				}),
+			}},
+		},
 		{
 			Name: "org", Usage: "organisations",
 			Subcommands: []*cli.Command{{
