@@ -58,6 +58,7 @@ type exampleRun struct {
 	Request           json.RawMessage `json:"request"`
 	RetentionExpires  *time.Time      `json:"retention_expires_at"`
 	PurgedAt          *time.Time      `json:"purged_at"`
+	Outputs           []any           `json:"outputs"`
 }
 
 type exampleEvent struct {
@@ -219,6 +220,7 @@ func TestProductPageExample(t *testing.T) {
 		Request: rawJSON(t, map[string]any{"prompt": request["prompt"], "model": "openai/gpt-6-luna", "shell": true, "web": false,
 			"connections": []any{}, "files": []any{}, "timeout_seconds": 120, "max_cost_micros": 40000, "zero_data_retention": false}),
 		RetentionExpires: at(16.24 + 30*24*3600),
+		Outputs:          []any{},
 	}
 	writeExample(t, example.Example{
 		Name: "product-page", Order: 1,
