@@ -39,6 +39,9 @@ type Options struct {
 	// Env is added to every exec's environment after the proxy variables,
 	// e.g. EPHEMERAL_CONNECTIONS_URL (broker.Grants.GuestEnv).
 	Env []string
+	// Start says whether the VM may be restored from a template or must
+	// boot; the zero value restores where possible.
+	Start Start
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -58,14 +61,20 @@ func (o *Options) withDefaults() (Options, error) {
 // Manager creates sandboxes from one guest image with one VMM driver. It is
 // safe for concurrent use; several processes may share a state directory.
 type Manager struct {
-	driver   vmm.Driver
-	image    *image.Image
+	driver vmm.Driver
+	// stateDir holds the guest image, which currentImage follows; ""
+	// keeps image.
+	stateDir string
 	dir      string // <state>/sandboxes
 	logf     func(format string, args ...any)
 	killer   leftoverKiller
+
 	mu       sync.Mutex
+	image    *image.Image        // guarded by mu
 	live     map[string]*Sandbox // guarded by mu
 	draining bool                // guarded by mu
+
+	templates templates
 }
 
 // leftoverKiller kills a VMM that a dead process left running for a
@@ -110,12 +119,14 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
 	}
 	return &Manager{
-		driver: driver,
-		image:  img,
-		dir:    dir,
-		logf:   logf,
-		killer: killLeftoverVMM,
-		live:   make(map[string]*Sandbox),
+		driver:    driver,
+		stateDir:  cfg.StateDir,
+		image:     img,
+		dir:       dir,
+		logf:      logf,
+		killer:    killLeftoverVMM,
+		live:      make(map[string]*Sandbox),
+		templates: newTemplates(),
 	}, nil
 }
 
@@ -145,22 +156,38 @@ func (m *Manager) Describe() string {
 	return m.driver.Name() + " (" + strings.Join(parts, "; ") + ")"
 }
 
-// Image is the guest image sandboxes boot from.
-func (m *Manager) Image() *image.Image { return m.image }
+// Image is the guest image sandboxes start from.
+func (m *Manager) Image() *image.Image {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.image
+}
 
 // BootTimings break one sandbox's start into phases.
 type BootTimings struct {
+	// Restored is set when the VM is a clone restored from a template;
+	// Kernel and Init are then the template's boot, not this VM's.
+	Restored bool
 	// Network is the creation of the network namespace, tap and firewall.
 	Network time.Duration
 	// VMMStart is from launching the VMM process to the VMM reporting
-	// the VM running.
+	// the VM running; for a clone it includes loading the saved state.
 	VMMStart time.Duration
-	// Kernel is the guest kernel's own boot, up to starting the init.
+	// Hello is from the VMM reporting the VM running to the guest's
+	// Hello: for a boot, everything the guest does before it serves
+	// (firmware, kernel, init); for a clone, its waking up.
+	Hello time.Duration
+	// Kernel is the guest kernel's own boot, as its clock counts, up to
+	// starting the init.
 	Kernel time.Duration
 	// Init is the guest init's work up to serving the host (mounts,
 	// modules, overlay).
 	Init time.Duration
-	// Ready is from Create's call to the guest's Hello: what a user waits.
+	// Setup is provisioning the guest (vsockproto.Provision) and
+	// configuring its network, after the Hello.
+	Setup time.Duration
+	// Ready is from Create's call to a guest ready for commands: what a
+	// user waits.
 	Ready time.Duration
 }
 
@@ -179,6 +206,7 @@ type Sandbox struct {
 	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
+	scratch string
 	// env is added to every exec's environment: the proxy variables in
 	// broker mode.
 	env     []string
@@ -192,30 +220,64 @@ type Sandbox struct {
 // ErrDestroyed is returned by operations on a destroyed sandbox.
 var ErrDestroyed = errors.New("sandbox destroyed")
 
-// Create boots a sandbox and waits until its guest init is serving. On
-// error, or when ctx ends first, everything it had started is torn down.
+// Create starts a sandbox and waits until its guest init serves, made
+// unique (vsockproto.Provision) and with its network configured. Where the
+// driver can save VMs (vmm.Snapshotter) it restores a clone of the
+// template of opts' shape, booting that template first if there is none;
+// otherwise it boots the VM. opts.Start can insist on either. On error, or
+// when ctx ends first, everything it had started is torn down.
 func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	began := time.Now()
+	img, err := m.currentImage()
+	if err != nil {
+		return nil, err
+	}
 	id := sandboxid.New()
-	dir := filepath.Join(m.dir, id)
-	vmCfg := vmm.Config{
+	vmCfg := m.vmConfig(img, opts, id, filepath.Join(m.dir, id))
+	// Checked before anything is built; the tap joins once it exists.
+	if err := vmCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	start, err := m.startFunc(ctx, img, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m.create(ctx, vmCfg, opts, began, start)
+}
+
+// vmConfig is the machine of the sandbox id whose directory is dir,
+// without its network, which joins once it exists.
+func (m *Manager) vmConfig(img *image.Image, opts Options, id, dir string) vmm.Config {
+	return vmm.Config{
 		ID:        id,
-		Kernel:    m.image.Kernel,
-		Initrd:    m.image.Initrd,
-		RootDisk:  m.image.RootDisk,
+		Kernel:    img.Kernel,
+		Initrd:    img.Initrd,
+		RootDisk:  img.RootDisk,
 		Cmdline:   guestCmdline,
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
 		Dir:       filepath.Join(dir, "vm"),
 	}
-	// Checked before anything is built; the tap joins once it exists.
-	if err := vmCfg.Validate(); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
+}
+
+// startFunc starts a sandbox's VM: it boots, or restores a clone.
+type startFunc func(ctx context.Context, cfg vmm.Config) (vmm.Machine, bool, error)
+
+// boot starts cfg's VM by booting it.
+func (m *Manager) boot(ctx context.Context, cfg vmm.Config) (vmm.Machine, bool, error) {
+	machine, err := m.driver.Start(ctx, cfg)
+	return machine, false, err
+}
+
+// create builds sandbox vmCfg.ID around the VM start starts: its
+// directory, its network, the guest connection, provisioning and the
+// guest's network.
+func (m *Manager) create(ctx context.Context, vmCfg vmm.Config, opts Options, began time.Time, start startFunc) (*Sandbox, error) {
+	id, dir := vmCfg.ID, filepath.Dir(vmCfg.Dir)
 	var undo cleanup.Stack
 	defer undo.Run()
 
@@ -242,7 +304,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
 	}
 	vmCfg.Tap, vmCfg.MAC = network.Tap(), network.MAC()
-	machine, err := m.driver.Start(ctx, vmCfg)
+	machine, restored, err := start(ctx, vmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", m.driver.Name(), err)
 	}
@@ -252,8 +314,17 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to guest: %w\nguest console:\n%s", err, machine.Console())
 	}
+	helloAt := time.Now()
 	undo.AddErr(client.Close)
-	if err := client.ConfigureNetwork(ctx, network.GuestConfig()); err != nil {
+	// Nothing else may reach the guest before it is unique: a clone
+	// still has its template's random state, clock and names.
+	provisioned, err := client.Provision(ctx, newProvision())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: provision the guest: %w", err)
+	}
+	guestNet := network.GuestConfig()
+	guestNet.MAC = network.MAC().String()
+	if err := client.ConfigureNetwork(ctx, guestNet); err != nil {
 		return nil, fmt.Errorf("sandbox: configure guest network: %w", err)
 	}
 
@@ -267,12 +338,16 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		machine: machine,
 		client:  client,
 		hello:   hello,
+		scratch: provisioned.ScratchDir,
 		m:       m,
 		timings: BootTimings{
+			Restored: restored,
 			Network:  netTook,
 			VMMStart: vt.Running.Sub(vt.Launched),
+			Hello:    helloAt.Sub(vt.Running),
 			Kernel:   hello.KernelUptime - hello.InitDuration,
 			Init:     hello.InitDuration,
+			Setup:    time.Since(helloAt),
 			Ready:    time.Since(began),
 		},
 	}
@@ -335,8 +410,13 @@ func proxyEnv(cfg netns.Config) []string {
 // ID identifies the sandbox in its state directory and network namespace.
 func (s *Sandbox) ID() string { return s.id }
 
-// Hello is what the guest init reported when it came up.
+// Hello is what the guest init reported when it came up; a clone reports
+// its template's boot.
 func (s *Sandbox) Hello() vsockproto.Hello { return s.hello }
+
+// ScratchDir is the worker's working directory in the guest,
+// /tmp/ephemeral-run-<random>/scratch.
+func (s *Sandbox) ScratchDir() string { return s.scratch }
 
 // Network is the sandbox's namespace: its broker listener and drop counters.
 func (s *Sandbox) Network() *netns.Network { return s.network }
@@ -439,7 +519,8 @@ func (s *Sandbox) Destroy() error {
 	return s.destroyErr
 }
 
-// Shutdown destroys every sandbox of this manager and refuses new ones.
+// Shutdown destroys every sandbox of this manager and its templates, and
+// refuses new ones.
 func (m *Manager) Shutdown() error {
 	m.mu.Lock()
 	m.draining = true
@@ -454,6 +535,7 @@ func (m *Manager) Shutdown() error {
 	for _, sb := range all {
 		errs = append(errs, sb.Destroy())
 	}
+	m.stopTemplates()
 	return errors.Join(errs...)
 }
 

@@ -21,6 +21,9 @@ const (
 	accelTCG accel = "tcg"
 )
 
+// guestChardevID names the chardev of the virtio-serial guest channel.
+const guestChardevID = "guest"
+
 // launch is everything that decides QEMU's command line. Descriptor
 // numbers are as the child sees them (exec.Cmd.ExtraFiles start at 3).
 type launch struct {
@@ -40,6 +43,13 @@ type launch struct {
 	serialFD int
 	// tapFD is the tap device when cfg.Tap is set.
 	tapFD int
+	// ramFD, when set, is a memory file backing guest RAM, mapped shared
+	// (a template's) or private (a clone's) as ramShared says.
+	ramFD     int
+	ramShared bool
+	// incomingFD, when set, is a clone's saved device state: QEMU starts
+	// waiting for migrate-incoming instead of booting the kernel.
+	incomingFD int
 	// confine picks the seccomp filter and whether QEMU switches user.
 	confine confinement
 }
@@ -50,12 +60,16 @@ func (l launch) args() ([]string, error) {
 		return nil, err
 	}
 	cfg := l.cfg
+	machine := "microvm"
+	if l.ramFD > 0 {
+		machine += ",memory-backend=ram"
+	}
 	args := []string{
 		"-name", "ephemeral-" + cfg.ID,
 		// Nothing QEMU would add by itself: no default devices, no
 		// config files, no display; a guest reboot ends the process.
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-M", "microvm",
+		"-M", machine,
 		// Paused until the driver sends cont over QMP: QEMU serves QMP
 		// only after it has switched user (-runas), so no guest
 		// instruction ever runs with QEMU still root.
@@ -80,6 +94,17 @@ func (l launch) args() ([]string, error) {
 		// cloud kernel in about 2.5 s.
 		args = append(args, "-accel", "tcg", "-cpu", "qemu64")
 	}
+	if l.ramFD > 0 {
+		// QEMU opens the file by its /proc path before it confines
+		// itself. A template's memfd is the daemon's own; a clone's is
+		// sealed against writes, so the private mapping QEMU makes of it
+		// is all a clone can change.
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
+			cfg.MemoryMiB, l.ramFD, onOff(l.ramShared)))
+	}
+	if l.incomingFD > 0 {
+		args = append(args, "-incoming", "defer")
+	}
 	args = append(args,
 		"-m", strconv.Itoa(cfg.MemoryMiB),
 		"-smp", strconv.Itoa(cfg.VCPUs),
@@ -102,8 +127,8 @@ func (l launch) args() ([]string, error) {
 	} else {
 		args = append(args,
 			"-device", "virtio-serial-device",
-			"-chardev", "socket,id=guest,fd="+strconv.Itoa(l.serialFD)+",server=on,wait=off",
-			"-device", "virtserialport,chardev=guest,name="+vsockproto.SerialPortName,
+			"-chardev", "socket,id="+guestChardevID+",fd="+strconv.Itoa(l.serialFD)+",server=on,wait=off",
+			"-device", "virtserialport,chardev="+guestChardevID+",name="+vsockproto.SerialPortName,
 		)
 	}
 	if cfg.Tap != nil {
@@ -142,6 +167,12 @@ func (l launch) check() error {
 	if l.vhostFD >= 3 && l.vsockCID < 3 {
 		errs = append(errs, fmt.Errorf("guest cid %d: want at least 3", l.vsockCID))
 	}
+	if l.incomingFD > 0 && (l.incomingFD < 3 || l.ramFD < 3 || l.ramShared) {
+		errs = append(errs, fmt.Errorf("incoming state %d: want an inherited one with a private RAM file (RAM %d)", l.incomingFD, l.ramFD))
+	}
+	if l.ramFD > 0 && l.serialFD < 3 {
+		errs = append(errs, errors.New("a RAM file (template or clone) wants the virtio-serial channel"))
+	}
 	if cfg.Tap != nil && l.tapFD < 3 {
 		errs = append(errs, fmt.Errorf("tap descriptor %d: want an inherited one (>= 3)", l.tapFD))
 	}
@@ -174,6 +205,13 @@ func kernelCmdline(a accel, tscKHz int, extra string) string {
 		params = append(params, extra)
 	}
 	return strings.Join(params, " ")
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // optValue escapes s for the value part of a QEMU option list, where a
