@@ -35,26 +35,42 @@ date +%s.%N`
 
 var identityFields = []string{"urandom", "python random", "stack address", "boot id", "hostname", "machine id", "mac", "scratch dir"}
 
-// Sandboxes restored from one template share nothing a guest could tell
-// clones apart by, with each other or with a booted sandbox, and their
-// clocks are the host's.
+// Sandboxes restored from one template, taken from a pool or not, share
+// nothing a guest could tell clones apart by, with each other or with a
+// booted sandbox, and their clocks are the host's.
 func TestRestoredSandboxesAreAsFreshAsBootedOnes(t *testing.T) {
 	m, _ := newManager(t)
-	starts := []sandbox.Start{sandbox.StartBoot, sandbox.StartRestore, sandbox.StartRestore, sandbox.StartRestore, sandbox.StartRestore}
-	seen := map[string]string{} // field value -> the sandbox that had it
-	for i, start := range starts {
+	pool := newPool(t, m, sandbox.PoolConfig{Size: 2}, 2)
+	var sandboxes []*sandbox.Sandbox
+	for _, start := range []sandbox.Start{sandbox.StartBoot, sandbox.StartRestore, sandbox.StartRestore, sandbox.StartRestore} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		sb, err := m.Create(ctx, sandbox.Options{Start: start})
 		cancel()
 		if err != nil {
-			t.Fatalf("create sandbox %d: %v", i, err)
+			t.Fatalf("create sandbox: %v", err)
 		}
 		t.Cleanup(func() { sb.Destroy() })
 		if restored := sb.Timings().Restored; restored != (start == sandbox.StartRestore) {
-			t.Errorf("sandbox %d: restored = %v, asked for %v", i, restored, start)
+			t.Errorf("sandbox %s: restored = %v, asked for %v", sb.ID(), restored, start)
 		}
+		sandboxes = append(sandboxes, sb)
+	}
+	// The pooled ones waited, clones of the same template, for a while.
+	for range 2 {
+		sb := take(t, pool, sandbox.Options{})
+		if !sb.Timings().Pooled || !sb.Timings().Restored {
+			t.Errorf("sandbox %s: timings %+v, want a pooled clone", sb.ID(), sb.Timings())
+		}
+		sandboxes = append(sandboxes, sb)
+	}
+
+	seen := map[string]string{} // field value -> the sandbox that had it
+	for _, sb := range sandboxes {
 		name := sb.ID()
-		if start == sandbox.StartRestore {
+		switch t := sb.Timings(); {
+		case t.Pooled:
+			name += " (pooled)"
+		case t.Restored:
 			name += " (restored)"
 		}
 

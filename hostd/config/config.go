@@ -30,9 +30,12 @@ type Config struct {
 
 	MaxConcurrentRuns   int
 	MaxActiveRunsPerOrg int
-	MaxCostMicros       int64
-	MaxModelTurns       int
-	CommandTimeout      time.Duration
+	// PoolSize is how many ready sandboxes the daemon keeps for runs; 0
+	// keeps none.
+	PoolSize       int
+	MaxCostMicros  int64
+	MaxModelTurns  int
+	CommandTimeout time.Duration
 	// MaxRecordingBytes and MaxTimelineBytes cap what one run stores of
 	// its model turns and of its timeline's content.
 	MaxRecordingBytes int64
@@ -79,6 +82,7 @@ func Defaults() Config {
 		// Each microVM needs about a core under TCG.
 		MaxConcurrentRuns:        max(1, runtime.NumCPU()),
 		MaxActiveRunsPerOrg:      10,
+		PoolSize:                 defaultPoolSize(runtime.NumCPU(), totalMemory()),
 		MaxCostMicros:            100_000_000,
 		MaxModelTurns:            20,
 		CommandTimeout:           60 * time.Second,
@@ -89,6 +93,17 @@ func Defaults() Config {
 		WebMicrosPerRequest:      100,
 		DebianMirror:             "http://deb.debian.org/debian",
 	}
+}
+
+// poolMemoryPerVM is the host memory the default pool size sets aside for
+// each pooled sandbox: an idle one costs far less, but it is there to be
+// taken by a run whose guest may fill its memory.
+const poolMemoryPerVM = 2 << 30
+
+// defaultPoolSize keeps one sandbox ready per CPU, as many as runs may
+// execute at once by default, but no more than the memory allows.
+func defaultPoolSize(cpus int, memory uint64) int {
+	return max(0, min(cpus, int(memory/poolMemoryPerVM)))
 }
 
 // ConfigFileSetting is the setting that names the configuration file; it
@@ -155,6 +170,7 @@ var Settings = []Setting{
 	{Name: "shutdown-timeout", Usage: "how long a graceful shutdown waits for requests", field: func(c *Config) any { return &c.ShutdownTimeout }},
 	{Name: "max-concurrent-runs", Usage: "runs executing at once (default: one per CPU)", field: func(c *Config) any { return &c.MaxConcurrentRuns }},
 	{Name: "max-active-runs-per-org", Usage: "queued plus running runs per organisation before 429", field: func(c *Config) any { return &c.MaxActiveRunsPerOrg }},
+	{Name: "pool-size", Usage: "sandboxes kept started and sealed, each handed to one run; they count toward max-concurrent-runs (default: one per CPU, at most one per 2 GiB of memory; 0: none)", field: func(c *Config) any { return &c.PoolSize }},
 	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
 	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
@@ -221,7 +237,7 @@ func (c Config) Validate() error {
 	for _, n := range []struct {
 		name string
 		v    int64
-	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest}} {
+	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest}, {"pool-size", int64(c.PoolSize)}} {
 		if n.v < 0 {
 			bad(n.name, "must not be negative, got %d", n.v)
 		}

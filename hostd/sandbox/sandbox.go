@@ -68,11 +68,15 @@ type Manager struct {
 	dir      string // <state>/sandboxes
 	logf     func(format string, args ...any)
 	killer   leftoverKiller
+	// coldStarts is Config.ColdStarts.
+	coldStarts bool
 
 	mu       sync.Mutex
 	image    *image.Image        // guarded by mu
 	live     map[string]*Sandbox // guarded by mu
 	draining bool                // guarded by mu
+	// pool, when set, refills as sandboxes go (guarded by mu).
+	pool *Pool
 
 	templates templates
 }
@@ -92,6 +96,10 @@ type Config struct {
 	Driver vmm.Driver
 	// Logf receives diagnostics; nil means log.Printf.
 	Logf func(format string, args ...any)
+	// ColdStarts makes Create boot sandboxes unless asked to restore
+	// them (Options.Start): a process that starts one sandbox and exits
+	// would boot a template for nothing.
+	ColdStarts bool
 }
 
 // NewManager loads the guest image and picks the VMM driver. It does not
@@ -119,14 +127,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
 	}
 	return &Manager{
-		driver:    driver,
-		stateDir:  cfg.StateDir,
-		image:     img,
-		dir:       dir,
-		logf:      logf,
-		killer:    killLeftoverVMM,
-		live:      make(map[string]*Sandbox),
-		templates: newTemplates(),
+		driver:     driver,
+		stateDir:   cfg.StateDir,
+		image:      img,
+		dir:        dir,
+		logf:       logf,
+		killer:     killLeftoverVMM,
+		coldStarts: cfg.ColdStarts,
+		live:       make(map[string]*Sandbox),
+		templates:  newTemplates(),
 	}, nil
 }
 
@@ -168,6 +177,9 @@ type BootTimings struct {
 	// Restored is set when the VM is a clone restored from a template;
 	// Kernel and Init are then the template's boot, not this VM's.
 	Restored bool
+	// Pooled is set when the sandbox was taken from a Pool: it was
+	// started (as the other fields say) before anyone asked for it.
+	Pooled bool
 	// Network is the creation of the network namespace, tap and firewall.
 	Network time.Duration
 	// VMMStart is from launching the VMM process to the VMM reporting
@@ -220,6 +232,9 @@ type Sandbox struct {
 // ErrDestroyed is returned by operations on a destroyed sandbox.
 var ErrDestroyed = errors.New("sandbox destroyed")
 
+// ErrShuttingDown is returned by Create once Shutdown has begun.
+var ErrShuttingDown = errors.New("sandbox: manager is shutting down")
+
 // Create starts a sandbox and waits until its guest init serves, made
 // unique (vsockproto.Provision) and with its network configured. Where the
 // driver can save VMs (vmm.Snapshotter) it restores a clone of the
@@ -242,7 +257,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err := vmCfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	start, err := m.startFunc(ctx, img, opts)
+	start, err := m.startFunc(img, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -519,9 +534,16 @@ func (s *Sandbox) Destroy() error {
 	return s.destroyErr
 }
 
-// Shutdown destroys every sandbox of this manager and its templates, and
-// refuses new ones.
+// Shutdown destroys every sandbox of this manager, its pool and its
+// templates, and refuses new ones.
 func (m *Manager) Shutdown() error {
+	m.mu.Lock()
+	pool := m.pool
+	m.mu.Unlock()
+	var errs []error
+	if pool != nil {
+		errs = append(errs, pool.Close())
+	}
 	m.mu.Lock()
 	m.draining = true
 	var all []*Sandbox
@@ -531,7 +553,6 @@ func (m *Manager) Shutdown() error {
 		}
 	}
 	m.mu.Unlock()
-	var errs []error
 	for _, sb := range all {
 		errs = append(errs, sb.Destroy())
 	}
@@ -543,7 +564,7 @@ func (m *Manager) register(id string, sb *Sandbox) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.draining {
-		return errors.New("sandbox: manager is shutting down")
+		return ErrShuttingDown
 	}
 	m.live[id] = sb
 	return nil
@@ -553,6 +574,17 @@ func (m *Manager) unregister(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.live, id)
+	if m.pool != nil {
+		m.pool.nudge() // room for a pooled sandbox, maybe
+	}
+}
+
+// count is how many sandboxes the manager runs or is starting, pooled
+// ones and templates being booted included.
+func (m *Manager) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
 }
 
 // isLive reports whether id is a sandbox of this manager, running or being

@@ -21,8 +21,8 @@ type Start int
 
 const (
 	// StartAuto restores a clone of a template where the driver can save
-	// VMs, and boots the VM otherwise, or while the template cannot be
-	// built.
+	// VMs (and the Manager does not start cold, Config.ColdStarts), and
+	// boots the VM otherwise, or while the template cannot be built.
 	StartAuto Start = iota
 	// StartBoot boots the guest kernel: a cold start.
 	StartBoot
@@ -93,24 +93,24 @@ func newTemplates() templates {
 }
 
 // startFunc picks how Create starts a VM of opts' shape from img.
-func (m *Manager) startFunc(ctx context.Context, img *image.Image, opts Options) (startFunc, error) {
+func (m *Manager) startFunc(img *image.Image, opts Options) (startFunc, error) {
 	snap, canSave := m.driver.(vmm.Snapshotter)
 	switch {
-	case opts.Start == StartBoot:
+	case opts.Start == StartBoot, opts.Start == StartAuto && (!canSave || m.coldStarts):
 		return m.boot, nil
-	case !canSave && opts.Start == StartRestore:
-		return nil, fmt.Errorf("sandbox: the %s driver cannot restore VMs", m.driver.Name())
 	case !canSave:
-		return m.boot, nil
+		return nil, fmt.Errorf("sandbox: the %s driver cannot restore VMs", m.driver.Name())
 	}
-	t, release, err := m.template(ctx, img, opts)
-	if err != nil {
-		if opts.Start == StartRestore || ctx.Err() != nil {
-			return nil, err
-		}
-		return m.boot, nil
-	}
+	// The template is taken only here, when the clone starts, so that a
+	// Create that fails before holds none.
 	return func(ctx context.Context, cfg vmm.Config) (vmm.Machine, bool, error) {
+		t, release, err := m.template(ctx, img, opts)
+		if err != nil {
+			if opts.Start == StartRestore || ctx.Err() != nil {
+				return nil, false, err
+			}
+			return m.boot(ctx, cfg)
+		}
 		defer release()
 		machine, err := snap.Restore(ctx, t, cfg)
 		return machine, true, err
@@ -126,7 +126,7 @@ func (m *Manager) template(ctx context.Context, img *image.Image, opts Options) 
 	ts.mu.Lock()
 	if ts.stopped {
 		ts.mu.Unlock()
-		return nil, nil, errors.New("sandbox: manager is shutting down")
+		return nil, nil, ErrShuttingDown
 	}
 	slot := ts.slots[key]
 	if slot != nil && slot.err != nil && time.Since(slot.failedAt) > templateRetry {

@@ -16,7 +16,8 @@ import (
 
 // Start settles the runs a previous daemon left active (and removes their
 // sandboxes and any other leftovers of dead processes), then starts the
-// runs service: its scheduler and retention janitor run until Close.
+// sandbox pool filling and the runs service: its scheduler and retention
+// janitor run until Close.
 func (s *System) Start(ctx context.Context) error {
 	recovered, err := s.Runs.Recover(ctx)
 	if len(recovered) > 0 {
@@ -24,6 +25,9 @@ func (s *System) Start(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if s.Pool != nil {
+		s.Pool.Start()
 	}
 	runsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.runsCancel, s.runsDone = cancel, make(chan struct{})
