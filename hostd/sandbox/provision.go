@@ -19,9 +19,9 @@ const (
 	scratchNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 )
 
-// newProvision draws everything that makes one guest unique, from the
+// NewProvision draws everything that makes one guest unique, from the
 // host's CSPRNG, and stamps the host's time.
-func newProvision() vsockproto.Provision {
+func NewProvision() vsockproto.Provision {
 	p := vsockproto.Provision{Entropy: make([]byte, provisionEntropy)}
 	rand.Read(p.Entropy) // never fails (crypto/rand crashes the program instead)
 	var id [16]byte

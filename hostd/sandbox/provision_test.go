@@ -10,9 +10,9 @@ import (
 func TestNewProvisionIsValidAndUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		p := newProvision()
+		p := NewProvision()
 		if err := p.Validate(); err != nil {
-			t.Fatalf("newProvision() = %+v: %v", p, err)
+			t.Fatalf("NewProvision() = %+v: %v", p, err)
 		}
 		if !regexp.MustCompile(`^[A-Za-z0-9]{6}$`).MatchString(p.ScratchName) {
 			t.Errorf("scratch name %q: want 6 letters and digits", p.ScratchName)

@@ -203,11 +203,11 @@ type BootTimings struct {
 	Ready time.Duration
 }
 
-// guestCmdline is added to every guest's kernel command line. The kernel's
+// GuestCmdline is added to every guest's kernel command line. The kernel's
 // crypto self-tests cost about 230 ms of each boot under TCG; the guest's
 // kernel crypto guards nothing the host relies on, and the same kernel
 // build is self-tested wherever it runs as a host.
-const guestCmdline = "cryptomgr.notests"
+const GuestCmdline = "cryptomgr.notests"
 
 // Sandbox is one running microVM with its guest connection.
 type Sandbox struct {
@@ -272,7 +272,7 @@ func (m *Manager) vmConfig(img *image.Image, opts Options, id, dir string) vmm.C
 		Kernel:    img.Kernel,
 		Initrd:    img.Initrd,
 		RootDisk:  img.RootDisk,
-		Cmdline:   guestCmdline,
+		Cmdline:   GuestCmdline,
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
 		Dir:       filepath.Join(dir, "vm"),
@@ -333,7 +333,7 @@ func (m *Manager) create(ctx context.Context, vmCfg vmm.Config, opts Options, be
 	undo.AddErr(client.Close)
 	// Nothing else may reach the guest before it is unique: a clone
 	// still has its template's random state, clock and names.
-	provisioned, err := client.Provision(ctx, newProvision())
+	provisioned, err := client.Provision(ctx, NewProvision())
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: provision the guest: %w", err)
 	}
@@ -438,6 +438,9 @@ func (s *Sandbox) Network() *netns.Network { return s.network }
 
 // Timings are the sandbox's boot phases.
 func (s *Sandbox) Timings() BootTimings { return s.timings }
+
+// PID is the VMM's process id, for measuring what the VM costs the host.
+func (s *Sandbox) PID() int { return s.machine.PID() }
 
 // Exec runs req in the guest, streaming its output to stdout and stderr
 // (nil discards) and feeding it stdin (nil is empty).

@@ -52,6 +52,10 @@ type launch struct {
 	incomingFD int
 	// confine picks the seccomp filter and whether QEMU switches user.
 	confine confinement
+	// baseline leaves out everything the driver adds around the machine
+	// (see Driver.Baseline): no confinement, no QMP, no pid file, not
+	// paused, and a network device without a tap.
+	baseline bool
 }
 
 // args returns QEMU's arguments (without argv[0]) for l.
@@ -60,48 +64,53 @@ func (l launch) args() ([]string, error) {
 		return nil, err
 	}
 	cfg := l.cfg
-	machine := "microvm"
-	if l.ramFD > 0 {
-		machine += ",memory-backend=ram"
-	}
 	args := []string{
 		"-name", "ephemeral-" + cfg.ID,
 		// Nothing QEMU would add by itself: no default devices, no
 		// config files, no display; a guest reboot ends the process.
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-M", machine,
-		// Paused until the driver sends cont over QMP: QEMU serves QMP
-		// only after it has switched user (-runas), so no guest
-		// instruction ever runs with QEMU still root.
-		"-S",
-		"-sandbox", l.confine.sandboxOption(),
+		"-M", "microvm,memory-backend=ram",
 	}
-	if l.confine.runAs != "" {
+	if !l.baseline {
 		args = append(args,
-			"-runas", l.confine.runAs,
-			// The VM's private directory: nothing in it QEMU does not
-			// already hold open, and as the unprivileged user it cannot
-			// even list it. QEMU opens no path after switching; its pid
-			// file is written before.
-			"-chroot", cfg.Dir,
+			// Paused until the driver sends cont over QMP: QEMU serves
+			// QMP only after it has switched user (-runas), so no guest
+			// instruction ever runs with QEMU still root.
+			"-S",
+			"-sandbox", l.confine.sandboxOption(),
 		)
+		if l.confine.runAs != "" {
+			args = append(args,
+				"-runas", l.confine.runAs,
+				// The VM's private directory: nothing in it QEMU does
+				// not already hold open, and as the unprivileged user it
+				// cannot even list it. QEMU opens no path after
+				// switching; its pid file is written before.
+				"-chroot", cfg.Dir,
+			)
+		}
 	}
 	switch l.accel {
 	case accelKVM:
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	case accelTCG:
-		// -cpu max is pathologically slow under TCG; qemu64 boots the
-		// cloud kernel in about 2.5 s.
-		args = append(args, "-accel", "tcg", "-cpu", "qemu64")
+		args = append(args,
+			// The translation cache keeps QEMU's default size: a boot
+			// leaves about 48 MiB of it resident, and a cap of 32 MiB
+			// (tb-size=32) saves 16 MiB of an idle booted VM but makes
+			// it flush under work (python3 -c 1 took 1.5-3 times as
+			// long after a boot, measured interleaved). A clone
+			// translates only what it runs after its restore.
+			"-accel", "tcg",
+			// -cpu max is pathologically slow under TCG; qemu64 boots
+			// the cloud kernel in about 2 s. Without ARAT its local
+			// APIC timer counts as stopping in deep idle, and with no
+			// broadcast timer to stand in (microvm has no HPET) the
+			// guest kernel keeps its periodic 250 Hz tick even when
+			// idle: 2-3% of a host core per idle VM, 0.3-0.4% with it.
+			"-cpu", "qemu64,+arat")
 	}
-	if l.ramFD > 0 {
-		// QEMU opens the file by its /proc path before it confines
-		// itself. A template's memfd is the daemon's own; a clone's is
-		// sealed against writes, so the private mapping QEMU makes of it
-		// is all a clone can change.
-		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
-			cfg.MemoryMiB, l.ramFD, onOff(l.ramShared)))
-	}
+	args = append(args, "-object", l.ramBackend())
 	if l.incomingFD > 0 {
 		args = append(args, "-incoming", "defer")
 	}
@@ -111,11 +120,17 @@ func (l launch) args() ([]string, error) {
 		"-kernel", cfg.Kernel,
 		"-initrd", cfg.Initrd,
 		"-append", kernelCmdline(l.accel, l.tscKHz, cfg.Cmdline),
-		"-pidfile", l.pidFile,
 		// The console goes to stdout, captured by the driver.
 		"-serial", "stdio",
-		"-chardev", "socket,id=qmp,fd="+strconv.Itoa(l.qmpFD)+",server=on,wait=off",
-		"-mon", "chardev=qmp,mode=control",
+	)
+	if !l.baseline {
+		args = append(args,
+			"-pidfile", l.pidFile,
+			"-chardev", "socket,id=qmp,fd="+strconv.Itoa(l.qmpFD)+",server=on,wait=off",
+			"-mon", "chardev=qmp,mode=control",
+		)
+	}
+	args = append(args,
 		"-drive", "id=root,if=none,format=raw,readonly=on,file="+optValue(cfg.RootDisk),
 		"-device", "virtio-blk-device,drive=root",
 		// Without an entropy source the guest's getrandom blocks for
@@ -131,13 +146,41 @@ func (l launch) args() ([]string, error) {
 			"-device", "virtserialport,chardev="+guestChardevID+",name="+vsockproto.SerialPortName,
 		)
 	}
-	if cfg.Tap != nil {
+	switch {
+	case cfg.Tap != nil:
 		args = append(args,
 			"-netdev", "tap,id=net0,fd="+strconv.Itoa(l.tapFD),
 			"-device", "virtio-net-device,netdev=net0,mac="+cfg.MAC.String(),
 		)
+	case l.baseline:
+		// The sandbox's network device, on a hub nothing else joins.
+		args = append(args,
+			"-netdev", "hubport,id=net0,hubid=0",
+			"-device", "virtio-net-device,netdev=net0",
+		)
 	}
 	return args, nil
+}
+
+// ramBackend is the -object that holds guest RAM. A template's or clone's
+// is the driver's memory file (QEMU opens it by its /proc path before it
+// confines itself): a template's is the daemon's own, a clone's is sealed
+// against writes, so the private mapping QEMU makes of it is all a clone
+// can change. Otherwise QEMU makes a memfd of its own: shared memory, which
+// the host does not back with transparent huge pages where they are
+// madvise-only (QEMU madvises its anonymous RAM huge): a booted idle guest
+// then holds the 94 MiB it touched, not 146 MiB of huge pages.
+//
+// A balloon with free page reporting would give back little more: what a
+// booted guest touched is nearly all in use (its kernel's reservations,
+// slab, page cache and processes). It could give nothing back from a
+// clone, whose pages are the template's, sealed.
+func (l launch) ramBackend() string {
+	if l.ramFD > 0 {
+		return fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
+			l.cfg.MemoryMiB, l.ramFD, onOff(l.ramShared))
+	}
+	return fmt.Sprintf("memory-backend-memfd,id=ram,size=%dM", l.cfg.MemoryMiB)
 }
 
 // check rejects configurations QEMU would misread or refuse late. The
@@ -149,7 +192,7 @@ func (l launch) check() error {
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if !filepath.IsAbs(l.pidFile) {
+	if !l.baseline && !filepath.IsAbs(l.pidFile) {
 		errs = append(errs, fmt.Errorf("pid file path %q is not absolute", l.pidFile))
 	}
 	if l.accel != accelKVM && l.accel != accelTCG {
@@ -158,8 +201,11 @@ func (l launch) check() error {
 	if l.tscKHz <= 0 {
 		errs = append(errs, fmt.Errorf("tsc frequency %d kHz: want a positive rate", l.tscKHz))
 	}
-	if l.qmpFD < 3 {
+	if !l.baseline && l.qmpFD < 3 {
 		errs = append(errs, fmt.Errorf("qmp descriptor %d: want an inherited one (>= 3)", l.qmpFD))
+	}
+	if l.baseline && (cfg.Tap != nil || l.ramFD > 0 || l.vhostFD > 0) {
+		errs = append(errs, errors.New("a baseline has no tap, RAM file or vhost-vsock"))
 	}
 	if (l.vhostFD >= 3) == (l.serialFD >= 3) {
 		errs = append(errs, errors.New("want exactly one guest channel: vhost-vsock or virtio-serial"))

@@ -62,9 +62,10 @@ func TestArgsTCG(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"-M":       {"microvm"},
+		"-M":       {"microvm,memory-backend=ram"},
+		"-object":  {"memory-backend-memfd,id=ram,size=512M"},
 		"-accel":   {"tcg"},
-		"-cpu":     {"qemu64"},
+		"-cpu":     {"qemu64,+arat"},
 		"-m":       {"512"},
 		"-smp":     {"2"},
 		"-kernel":  {"/images/vmlinuz"},
@@ -83,7 +84,8 @@ func TestArgsTCG(t *testing.T) {
 			"socket,id=qmp,fd=3,server=on,wait=off",
 			"socket,id=guest,fd=4,server=on,wait=off",
 		},
-		"-netdev": nil,
+		"-netdev":   nil,
+		"-incoming": nil,
 	}
 	for flag, wantValues := range want {
 		if got := values(args, flag); !slices.Equal(got, wantValues) {
@@ -185,6 +187,33 @@ func TestArgsTemplateAndClone(t *testing.T) {
 	// Everything else is the template's: a clone's devices must match.
 	if !slices.Contains(args, "-S") || !slices.Equal(values(args, "-device"), values(mustArgs(t, tmpl), "-device")) {
 		t.Errorf("clone devices differ from the template's: %q", args)
+	}
+}
+
+// A baseline is the sandbox's machine and nothing of the driver's around
+// it; it boots at once.
+func TestArgsBaseline(t *testing.T) {
+	l := serialLaunch()
+	l.baseline, l.qmpFD, l.pidFile = true, 0, ""
+	l.confine = confinement{runAs: VMMUser}
+	args := mustArgs(t, l)
+	for _, flag := range []string{"-S", "-sandbox", "-runas", "-chroot", "-pidfile", "-mon"} {
+		if slices.Contains(args, flag) {
+			t.Errorf("baseline has %s: %q", flag, args)
+		}
+	}
+	if got := values(args, "-netdev"); !slices.Equal(got, []string{"hubport,id=net0,hubid=0"}) {
+		t.Errorf("baseline -netdev = %q, want a hub port", got)
+	}
+	sandbox := mustArgs(t, serialLaunch())
+	for _, flag := range []string{"-M", "-accel", "-cpu", "-object", "-append", "-drive"} {
+		if !slices.Equal(values(args, flag), values(sandbox, flag)) {
+			t.Errorf("baseline %s = %q, the sandbox's is %q", flag, values(args, flag), values(sandbox, flag))
+		}
+	}
+	wantDevices := append(values(sandbox, "-device"), "virtio-net-device,netdev=net0")
+	if got := values(args, "-device"); !slices.Equal(got, wantDevices) {
+		t.Errorf("baseline devices = %q, want the sandbox's and a NIC: %q", got, wantDevices)
 	}
 }
 

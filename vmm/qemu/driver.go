@@ -117,6 +117,28 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	return m, nil
 }
 
+// Baseline returns QEMU as anyone would start cfg's machine by hand: the
+// command line Start runs, less what the driver adds around the machine
+// (no confinement, no QMP or pid file, not paused) and with the network
+// device on a hub nothing joins instead of a tap (cfg.Tap must be nil).
+// Its guest channel is the virtio-serial port on the listening Unix socket
+// serial, which the command inherits. Benchmarks run it to tell the
+// driver's cost from QEMU's own.
+func (d *Driver) Baseline(cfg vmm.Config, serial *os.File) (*exec.Cmd, error) {
+	facts, err := d.host()
+	if err != nil {
+		return nil, err
+	}
+	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, serialFD: 3, baseline: true}
+	args, err := l.args()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(d.binary, args...)
+	cmd.ExtraFiles = []*os.File{serial}
+	return cmd, nil
+}
+
 // boot says how a launch gets its guest going: by booting the kernel into
 // QEMU's own RAM (the zero value), or with RAM in a memory file the driver
 // holds, for a template or a clone restored from one.

@@ -117,6 +117,9 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if _, err := worker.LookupAccount("/", worker.DefaultUser); err != nil {
 		return nil, hello, err
 	}
+	if err := initd.PreloadFiles("/", initd.Preloaded); err != nil {
+		return nil, hello, err
+	}
 	svc := &service.Service{
 		Runner:      &worker.Runner{Reaper: worker.NewReaper(), Root: "/"},
 		Identity:    func(p vsockproto.Provision) error { return provision.Apply("/", p) },
