@@ -42,7 +42,8 @@ test: check image
 	EPHEMERAL_REQUIRE_VM=1 $(GO) test -count=1 -timeout 40m ./...
 
 bench: image
-	bin/ephemeral bench boot -n 10
+	bin/ephemeral bench -n 10
+	bin/ephemeral bench density -n 60
 
 clean:
 	rm -rf bin
