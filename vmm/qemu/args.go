@@ -64,12 +64,16 @@ func (l launch) args() ([]string, error) {
 		return nil, err
 	}
 	cfg := l.cfg
+	machine := "microvm"
+	if l.ramFD > 0 {
+		machine += ",memory-backend=ram"
+	}
 	args := []string{
 		"-name", "ephemeral-" + cfg.ID,
 		// Nothing QEMU would add by itself: no default devices, no
 		// config files, no display; a guest reboot ends the process.
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-M", "microvm,memory-backend=ram",
+		"-M", machine,
 	}
 	if !l.baseline {
 		args = append(args,
@@ -110,7 +114,14 @@ func (l launch) args() ([]string, error) {
 			// idle: 2-3% of a host core per idle VM, 0.3-0.4% with it.
 			"-cpu", "qemu64,+arat")
 	}
-	args = append(args, "-object", l.ramBackend())
+	if l.ramFD > 0 {
+		// QEMU opens the file by its /proc path before it confines
+		// itself. A template's memfd is the daemon's own; a clone's is
+		// sealed against writes, so the private mapping QEMU makes of it
+		// is all a clone can change.
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
+			cfg.MemoryMiB, l.ramFD, onOff(l.ramShared)))
+	}
 	if l.incomingFD > 0 {
 		args = append(args, "-incoming", "defer")
 	}
@@ -160,27 +171,6 @@ func (l launch) args() ([]string, error) {
 		)
 	}
 	return args, nil
-}
-
-// ramBackend is the -object that holds guest RAM. A template's or clone's
-// is the driver's memory file (QEMU opens it by its /proc path before it
-// confines itself): a template's is the daemon's own, a clone's is sealed
-// against writes, so the private mapping QEMU makes of it is all a clone
-// can change. Otherwise QEMU makes a memfd of its own: shared memory, which
-// the host does not back with transparent huge pages where they are
-// madvise-only (QEMU madvises its anonymous RAM huge): a booted idle guest
-// then holds the 94 MiB it touched, not 146 MiB of huge pages.
-//
-// A balloon with free page reporting would give back little more: what a
-// booted guest touched is nearly all in use (its kernel's reservations,
-// slab, page cache and processes). It could give nothing back from a
-// clone, whose pages are the template's, sealed.
-func (l launch) ramBackend() string {
-	if l.ramFD > 0 {
-		return fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
-			l.cfg.MemoryMiB, l.ramFD, onOff(l.ramShared))
-	}
-	return fmt.Sprintf("memory-backend-memfd,id=ram,size=%dM", l.cfg.MemoryMiB)
 }
 
 // check rejects configurations QEMU would misread or refuse late. The

@@ -62,8 +62,8 @@ func TestArgsTCG(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"-M":       {"microvm,memory-backend=ram"},
-		"-object":  {"memory-backend-memfd,id=ram,size=512M"},
+		"-M":       {"microvm"},
+		"-object":  nil,
 		"-accel":   {"tcg"},
 		"-cpu":     {"qemu64,+arat"},
 		"-m":       {"512"},
