@@ -43,6 +43,12 @@ const (
 	// templateRetry is how long after a failed template Create boots
 	// sandboxes (under StartAuto) before it tries another template.
 	templateRetry = time.Minute
+	// templateMaxAge is how long a template serves before a fresh one is
+	// booted. Provisioning makes every clone unique in all a guest can
+	// use to tell clones apart, but what the kernel drew for itself at
+	// boot (hash table seeds, for one) is the template's; a template's
+	// clones share it for at most this long.
+	templateMaxAge = time.Hour
 )
 
 // templateKey names a template: the image and the shape it was booted
@@ -62,9 +68,9 @@ type templateSlot struct {
 	done chan struct{} // closed once t or err is set
 	t    vmm.Template
 	err  error
-	// failedAt is when err was set; the slot is rebuilt after
-	// templateRetry.
-	failedAt time.Time
+	// builtAt is when t or err was set: a failed slot is rebuilt after
+	// templateRetry, a template after templateMaxAge.
+	builtAt time.Time
 	// release removes what the template holds besides t: its directory
 	// and the directory's lock.
 	release func()
@@ -129,8 +135,11 @@ func (m *Manager) template(ctx context.Context, img *image.Image, opts Options) 
 		return nil, nil, ErrShuttingDown
 	}
 	slot := ts.slots[key]
-	if slot != nil && slot.err != nil && time.Since(slot.failedAt) > templateRetry {
-		slot = nil
+	var expired *templateSlot
+	if slot != nil && slot.expired() {
+		delete(ts.slots, key)
+		slot.retired = true
+		expired, slot = slot, nil
 	}
 	if slot == nil {
 		slot = &templateSlot{done: make(chan struct{})}
@@ -142,6 +151,9 @@ func (m *Manager) template(ctx context.Context, img *image.Image, opts Options) 
 		}()
 	}
 	ts.mu.Unlock()
+	if expired != nil {
+		m.closeIfUnused(expired)
+	}
 
 	select {
 	case <-slot.done:
@@ -158,6 +170,21 @@ func (m *Manager) template(ctx context.Context, img *image.Image, opts Options) 
 	}
 	slot.users++
 	return slot.t, sync.OnceFunc(func() { m.releaseTemplate(slot) }), nil
+}
+
+// expired reports whether a built slot is due for replacement: a failure
+// older than templateRetry, a template older than templateMaxAge. The
+// caller holds templates.mu.
+func (slot *templateSlot) expired() bool {
+	select {
+	case <-slot.done:
+	default:
+		return false // still building
+	}
+	if slot.err != nil {
+		return time.Since(slot.builtAt) > templateRetry
+	}
+	return time.Since(slot.builtAt) > templateMaxAge
 }
 
 // buildTemplate boots and saves slot's template. A failure is logged,
@@ -178,8 +205,8 @@ func (m *Manager) buildTemplate(slot *templateSlot, img *image.Image, opts Optio
 	defer func() { close(built); <-watched }()
 	began := time.Now()
 	slot.t, slot.release, slot.err = m.snapshot(ctx, img, opts)
+	slot.builtAt = time.Now()
 	if slot.err != nil {
-		slot.failedAt = time.Now()
 		m.logf("sandbox: no template for %d vcpus and %d MiB (sandboxes boot instead for %v): %v", opts.VCPUs, opts.MemoryMiB, templateRetry, slot.err)
 	} else {
 		m.logf("sandbox: template for %d vcpus and %d MiB of image %s saved in %v", opts.VCPUs, opts.MemoryMiB, img.Hash, time.Since(began).Round(time.Millisecond))
