@@ -9,6 +9,9 @@
 //
 // QEMU runs under its seccomp filter and, where the VMMUser account exists,
 // as that user in a chroot: see confinement and Driver.Confinement.
+//
+// The driver is a vmm.Snapshotter: snapshot.go saves templates into sealed
+// memfds and restores clones from them, under the same confinement.
 package qemu
 
 import (
