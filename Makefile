@@ -64,7 +64,8 @@ fuzz:
 	done
 
 bench: image
-	bin/ephemeral bench boot -n 10
+	bin/ephemeral bench -n 10
+	bin/ephemeral bench density -n 60
 
 clean:
 	rm -rf bin

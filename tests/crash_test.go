@@ -29,7 +29,9 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	defer model.Close()
 	env := []string{"EPHEMERAL_OPENAI_BASE_URL=" + model.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey}
 	key := createOrg(t, state)
-	first := launchServe(t, state, key, env...)
+	// No pool: the run's sandbox is the one VM. TestDaemonKilledWithPool
+	// kills a daemon with pooled sandboxes.
+	first := launchServe(t, state, key, append(env, "EPHEMERAL_POOL_SIZE=0")...)
 
 	var created apiRun
 	first.call(t, "POST", "/v1/runs", strings.NewReader(`{"prompt": "sleep", "shell": true, "timeout_seconds": 300, "max_cost_micros": 40000}`),
@@ -45,7 +47,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		var run apiRun
 		first.call(t, "GET", "/v1/runs/"+created.ID, nil, nil, &run)
-		vmDirs, _ = filepath.Glob(filepath.Join(sandboxes, "[0-9a-f]*"))
+		vmDirs = runningSandboxes(sandboxes)
 		if run.Usage.ShellCommands > 0 || (run.Status == "running" && run.Cost.Compute > 0 && len(vmDirs) == 1 && len(fake.Requests()) == 1) {
 			break
 		}
@@ -58,7 +60,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(vmDirs) != 1 {
-		t.Fatalf("want one sandbox while the run executes, got %v", vmDirs)
+		t.Fatalf("want one sandbox with a VM while the run executes, got %v", vmDirs)
 	}
 	id := filepath.Base(vmDirs[0])
 	first.cmd.Process.Signal(syscall.SIGKILL)
@@ -73,7 +75,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	second := launchServe(t, state, key, env...)
+	second := launchServe(t, state, key, append(env, "EPHEMERAL_POOL_SIZE=0")...)
 	run, events := second.waitRun(t, created.ID)
 	if run.Status != "failed" || run.Error == nil || run.Error.Code != "daemon_restarted" {
 		t.Errorf("after restart: status %s, error %+v", run.Status, run.Error)
@@ -112,4 +114,48 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	if pids := vmmProcesses(sandboxes); len(pids) > 0 {
 		t.Errorf("VMM processes survived the restart: %v", pids)
 	}
+}
+
+// A daemon killed while it keeps pooled sandboxes (and their template)
+// leaves them to the next daemon, which sweeps all of them at start-up,
+// VMM processes and network namespaces included.
+func TestDaemonKilledWithPool(t *testing.T) {
+	state := cliState(t)
+	key := createOrg(t, state)
+	first := launchServe(t, state, key, "EPHEMERAL_POOL_SIZE=2", "EPHEMERAL_MAX_CONCURRENT_RUNS=2")
+	sandboxes := filepath.Join(state, "sandboxes")
+	for deadline := time.Now().Add(3 * time.Minute); len(runningSandboxes(sandboxes)) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never held two sandboxes: %v", runningSandboxes(sandboxes))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	firstDirs, _ := filepath.Glob(filepath.Join(sandboxes, "[0-9a-f]*"))
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	<-first.done
+
+	launchServe(t, state, key, "EPHEMERAL_POOL_SIZE=0")
+	for _, dir := range firstDirs {
+		id := filepath.Base(dir)
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("sandbox directory %s survived the restart: %v", id, err)
+		}
+		if _, err := os.Stat("/run/netns/eph-" + id); !os.IsNotExist(err) {
+			t.Errorf("network namespace of %s survived the restart: %v", id, err)
+		}
+		if pids := vmmProcesses(dir); len(pids) > 0 {
+			t.Errorf("VMM processes of %s survived the restart: %v", id, pids)
+		}
+	}
+}
+
+// runningSandboxes lists the sandbox directories in dir whose VMM is
+// running (it wrote its pid file); a template's directory holds none.
+func runningSandboxes(dir string) []string {
+	pids, _ := filepath.Glob(filepath.Join(dir, "[0-9a-f]*", "vm", "pid"))
+	var dirs []string
+	for _, p := range pids {
+		dirs = append(dirs, filepath.Dir(filepath.Dir(p)))
+	}
+	return dirs
 }

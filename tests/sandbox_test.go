@@ -36,8 +36,8 @@ func TestProductPageSteps(t *testing.T) {
 	if who.Code != 0 || len(lines) != 2 || lines[0] != "worker" || !scratch.MatchString(lines[1]) {
 		t.Errorf("whoami; pwd: exit %d, stdout %q", who.Code, who.stdout)
 	}
-	if len(lines) == 2 && lines[1] != sb.Hello().ScratchDir {
-		t.Errorf("pwd %q, but the guest reported scratch dir %q", lines[1], sb.Hello().ScratchDir)
+	if len(lines) == 2 && lines[1] != sb.ScratchDir() {
+		t.Errorf("pwd %q, but the guest reported scratch dir %q", lines[1], sb.ScratchDir())
 	}
 
 	curl := run(t, sb, "command -v curl && curl -sS -m 8 https://example.com")
@@ -67,8 +67,8 @@ func TestNothingSurvives(t *testing.T) {
 	if strings.Contains(r.stdout, "secret") || !strings.Contains(r.stdout, "No such file") {
 		t.Errorf("second sandbox sees the first one's files: %q", r.stdout)
 	}
-	if strings.Count(r.stdout, "/tmp/ephemeral-run-") != 1 || first.Hello().ScratchDir == second.Hello().ScratchDir {
-		t.Errorf("scratch dirs: first %s, second %s, listing %q", first.Hello().ScratchDir, second.Hello().ScratchDir, r.stdout)
+	if strings.Count(r.stdout, "/tmp/ephemeral-run-") != 1 || first.ScratchDir() == second.ScratchDir() {
+		t.Errorf("scratch dirs: first %s, second %s, listing %q", first.ScratchDir(), second.ScratchDir(), r.stdout)
 	}
 }
 
@@ -206,7 +206,7 @@ func TestFiles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	content := bytes.Repeat([]byte("data\x00\xff"), 100000)
-	path := sb.Hello().ScratchDir + "/input.bin"
+	path := sb.ScratchDir() + "/input.bin"
 	if err := sb.WriteFile(ctx, vsockproto.FileRequest{Path: path}, bytes.NewReader(content)); err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,32 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// CheckClone reports how clone, a Config for a machine restored from a
+// template booted with c, differs from c in anything but the identity a
+// clone gets of its own (ID, Dir, Tap and MAC): the restored guest's
+// memory and devices are the template's, so its shape must be too.
+func (c Config) CheckClone(clone Config) error {
+	var errs []error
+	for _, f := range []struct{ name, template, clone string }{
+		{"kernel", c.Kernel, clone.Kernel}, {"initrd", c.Initrd, clone.Initrd},
+		{"root disk", c.RootDisk, clone.RootDisk}, {"cmdline", c.Cmdline, clone.Cmdline},
+	} {
+		if f.template != f.clone {
+			errs = append(errs, fmt.Errorf("%s %q, the template's is %q", f.name, f.clone, f.template))
+		}
+	}
+	if c.VCPUs != clone.VCPUs || c.MemoryMiB != clone.MemoryMiB {
+		errs = append(errs, fmt.Errorf("%d vcpus and %d MiB, the template has %d and %d", clone.VCPUs, clone.MemoryMiB, c.VCPUs, c.MemoryMiB))
+	}
+	if (c.Tap == nil) != (clone.Tap == nil) {
+		errs = append(errs, errors.New("a network interface where the template has none, or none where it has one"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("vmm: clone: %w", err)
+	}
+	return nil
+}
+
 // Driver boots machines with one hypervisor.
 type Driver interface {
 	// Name is "qemu" or "cloud-hypervisor".
@@ -107,6 +133,33 @@ type Driver interface {
 	// is cancelled or Start fails, nothing is left running. ctx bounds
 	// the start only: a started machine runs until Close.
 	Start(ctx context.Context, cfg Config) (Machine, error)
+}
+
+// Snapshotter is a Driver that can also save a freshly booted machine as a
+// Template and start clones of it, which skips the boot.
+type Snapshotter interface {
+	Driver
+	// Snapshot boots cfg and waits until the guest init waits for its
+	// host (vsockproto.WaitingForHost) — before any connection to the
+	// guest is made, so that every clone greets its own host — then saves
+	// the machine into a Template and stops it. cfg.Dir holds whatever
+	// the driver keeps on disk for the template, until Template.Close.
+	Snapshot(ctx context.Context, cfg Config) (Template, error)
+	// Restore starts a clone of t like Start starts a machine. cfg gives
+	// the clone its own ID, Dir, Tap and MAC; the rest must be the
+	// template's (Config.CheckClone). The clone's guest wakes with the
+	// template's memory, down to its random state and clock: its host
+	// must make it unique (vsockproto.Provision) before anything else.
+	Restore(ctx context.Context, t Template, cfg Config) (Machine, error)
+}
+
+// Template is a saved machine that clones start from. It is safe for
+// concurrent use.
+type Template interface {
+	// Config is what the template was booted with.
+	Config() Config
+	// Close releases the template. Clones already started run on.
+	Close() error
 }
 
 // Machine is one running microVM.

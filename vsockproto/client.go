@@ -216,6 +216,20 @@ func (c *Client) ConfigureNetwork(ctx context.Context, cfg NetConfig) error {
 	return c.result(ctx, st)
 }
 
+// Provision makes the guest unique and current (see Provision) and returns
+// its acknowledgement. Send it first on a connection and nothing else
+// before it has returned.
+func (c *Client) Provision(ctx context.Context, p Provision) (Provisioned, error) {
+	st, err := c.open(ctx, openRequest{Op: opProvision, Provision: &p}, nil, nil)
+	if err != nil {
+		return Provisioned{}, err
+	}
+	if err := c.result(ctx, st); err != nil {
+		return Provisioned{}, err
+	}
+	return *st.result.Provisioned, nil
+}
+
 // Shutdown asks the guest to power off. It returns once the guest has
 // acknowledged; the connection drops when the VM is gone.
 func (c *Client) Shutdown(ctx context.Context) error {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var transports = []struct {
@@ -353,6 +354,73 @@ func TestConfigureNetworkAndShutdown(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	<-g.down
+}
+
+func validProvision() Provision {
+	return Provision{
+		Entropy:     bytes.Repeat([]byte{7}, MinProvisionEntropy),
+		Time:        time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC),
+		Hostname:    "ephemeral-0a1b2c3d",
+		MachineID:   "0123456789abcdef0123456789abcdef",
+		ScratchName: "AbC123",
+	}
+}
+
+func TestProvisionRoundTrip(t *testing.T) {
+	g := newFakeGuest()
+	c, _ := startPair(t, unixPair, g)
+	want := validProvision()
+	done, err := c.Provision(context.Background(), want)
+	if err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if done.ScratchDir != "/tmp/ephemeral-run-AbC123/scratch" {
+		t.Errorf("ScratchDir = %q", done.ScratchDir)
+	}
+	got := <-g.prov
+	if !bytes.Equal(got.Entropy, want.Entropy) || !got.Time.Equal(want.Time) || got.Hostname != want.Hostname ||
+		got.MachineID != want.MachineID || got.ScratchName != want.ScratchName {
+		t.Errorf("guest got %+v, want %+v", got, want)
+	}
+
+	failing := validProvision()
+	failing.ScratchName = "broken"
+	_, err = c.Provision(context.Background(), failing)
+	var guestErr *GuestError
+	if !errors.As(err, &guestErr) || !strings.Contains(err.Error(), "reseed") {
+		t.Errorf("Provision of a failing guest = %v, want its GuestError", err)
+	}
+}
+
+func TestProvisionValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Provision)
+		wantErr string
+	}{
+		{"valid", func(*Provision) {}, ""},
+		{"short entropy", func(p *Provision) { p.Entropy = p.Entropy[:MinProvisionEntropy-1] }, "entropy"},
+		{"no time", func(p *Provision) { p.Time = time.Time{} }, "no time"},
+		{"hostname with dot", func(p *Provision) { p.Hostname = "a.b" }, "hostname"},
+		{"hostname with leading hyphen", func(p *Provision) { p.Hostname = "-a" }, "hostname"},
+		{"uppercase machine id", func(p *Provision) { p.MachineID = "0123456789ABCDEF0123456789abcdef" }, "machine id"},
+		{"zero machine id", func(p *Provision) { p.MachineID = strings.Repeat("0", 32) }, "machine id"},
+		{"scratch name with slash", func(p *Provision) { p.ScratchName = "../etc" }, "scratch name"},
+		{"short scratch name", func(p *Provision) { p.ScratchName = "ab" }, "scratch name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validProvision()
+			tt.edit(&p)
+			err := (&openRequest{Op: opProvision, Provision: &p}).validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("validate = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("validate = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
 }
 
 func BenchmarkExecThroughput(b *testing.B) {

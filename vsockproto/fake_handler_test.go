@@ -27,6 +27,7 @@ type fakeGuest struct {
 	signals chan int       // signals that wait-signal received
 	ctxDone chan string    // Argv[0] of execs whose ctx was cancelled
 	netCfg  chan NetConfig // ConfigureNetwork calls
+	prov    chan Provision // Provision calls
 	down    chan struct{}  // closed by Shutdown
 
 	mu    sync.Mutex
@@ -41,6 +42,7 @@ func newFakeGuest() *fakeGuest {
 		signals: make(chan int, 4),
 		ctxDone: make(chan string, 4),
 		netCfg:  make(chan NetConfig, 1),
+		prov:    make(chan Provision, 1),
 		down:    make(chan struct{}),
 		files:   make(map[string][]byte),
 	}
@@ -140,6 +142,16 @@ func (g *fakeGuest) ConfigureNetwork(ctx context.Context, cfg NetConfig) error {
 	return nil
 }
 
+// Provision answers with the scratch directory the real guest would make,
+// or fails for the scratch name "broken".
+func (g *fakeGuest) Provision(ctx context.Context, p Provision) (Provisioned, error) {
+	g.prov <- p
+	if p.ScratchName == "broken" {
+		return Provisioned{}, errors.New("reseed: operation not permitted")
+	}
+	return Provisioned{ScratchDir: "/tmp/ephemeral-run-" + p.ScratchName + "/scratch"}, nil
+}
+
 func (g *fakeGuest) Shutdown(ctx context.Context) { close(g.down) }
 
 // patternReader yields an endless byte pattern that makes misordered or
@@ -160,7 +172,7 @@ func pattern(n int) []byte {
 	return b
 }
 
-var testHello = Hello{ScratchDir: "/tmp/ephemeral-run-test/scratch", Transport: "test", KernelRelease: "6.1.0-test"}
+var testHello = Hello{Transport: "test", KernelRelease: "6.1.0-test"}
 
 // pipeConns returns both ends of a connection. Socketpairs buffer like the
 // real transports; net.Pipe does not, which flushes out ordering bugs.

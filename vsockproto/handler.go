@@ -29,6 +29,9 @@ type Handler interface {
 	ReadOutput(ctx context.Context, req FileRequest, w io.Writer) error
 	// ConfigureNetwork sets up the guest interface.
 	ConfigureNetwork(ctx context.Context, cfg NetConfig) error
+	// Provision applies p (see Provision) and returns once all of it is in
+	// effect.
+	Provision(ctx context.Context, p Provision) (Provisioned, error)
 	// Shutdown powers the VM off. It is called after the reply to the host
 	// has been sent, so it need not return.
 	Shutdown(ctx context.Context)

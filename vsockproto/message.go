@@ -21,14 +21,17 @@
 package vsockproto
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
 
 // ProtocolVersion is sent in Hello; the host refuses guests that speak
-// another version.
-const ProtocolVersion = 1
+// another version. Version 2 added Provision and took the scratch
+// directory out of Hello.
+const ProtocolVersion = 2
 
 // Port is the AF_VSOCK port the guest init listens on.
 const Port = 1024
@@ -37,7 +40,15 @@ const Port = 1024
 // when the VM has no vsock device.
 const SerialPortName = "org.ephemeral.guest.0"
 
-// Hello is the first message the guest sends on a new connection.
+// WaitingForHost is the line the guest init prints on its console once it
+// has booted and waits for its host's first connection. A snapshot taken
+// after it (and before the host connected) restores into a guest that
+// greets whoever connects first.
+const WaitingForHost = "ephemeral-init: waiting for the host"
+
+// Hello is the first message the guest sends on a new connection. It is
+// composed before the guest waits for its host, so a guest restored from a
+// snapshot sends the snapshot's Hello: nothing in it may tell clones apart.
 type Hello struct {
 	ProtocolVersion int `json:"protocol_version"`
 	// KernelUptime is /proc/uptime when the init was ready to serve: the
@@ -46,13 +57,92 @@ type Hello struct {
 	// InitDuration is how long the init took from its first instruction to
 	// ready (mounts, modules, overlay).
 	InitDuration time.Duration `json:"init_duration_ns"`
-	// ScratchDir is the worker's working directory for this VM,
-	// /tmp/ephemeral-run-<random>/scratch.
-	ScratchDir string `json:"scratch_dir"`
 	// Transport names what carries this connection ("vsock" or "serial").
 	Transport string `json:"transport"`
 	// KernelRelease is uname -r of the guest.
 	KernelRelease string `json:"kernel_release"`
+}
+
+// Provision makes a guest unique and current. The host sends it as the
+// first operation on a connection, to a cold-booted guest and to a clone
+// restored from a snapshot alike (a clone's memory is the snapshot's, down
+// to the kernel's random state and its clock), and runs nothing in the
+// guest before the guest has acknowledged it. The guest applies all of it
+// before acknowledging.
+type Provision struct {
+	// Entropy is mixed into the kernel's input pool and credited; the
+	// guest then reseeds the kernel's CRNG, so that nothing drawn from it
+	// afterwards repeats what another clone draws.
+	Entropy []byte `json:"entropy"`
+	// Time is the host's clock as it sent the request; the guest sets its
+	// wall clock to it.
+	Time time.Time `json:"time"`
+	// Hostname and MachineID (/etc/machine-id: 32 lowercase hex digits)
+	// name this VM and no other.
+	Hostname  string `json:"hostname"`
+	MachineID string `json:"machine_id"`
+	// ScratchName makes the worker's scratch directory
+	// /tmp/ephemeral-run-<ScratchName>/scratch.
+	ScratchName string `json:"scratch_name"`
+}
+
+// Bounds of a Provision.
+const (
+	// MinProvisionEntropy is a full seed of the kernel's CRNG (256 bits).
+	MinProvisionEntropy = 32
+	maxProvisionEntropy = 512
+	maxHostnameLen      = 63
+	machineIDLen        = 32
+	minScratchNameLen   = 6
+	maxScratchNameLen   = 32
+)
+
+// Validate reports whether p is complete and safe to apply: names the
+// guest turns into paths or kernel settings are checked character by
+// character.
+func (p *Provision) Validate() error {
+	var errs []error
+	if n := len(p.Entropy); n < MinProvisionEntropy || n > maxProvisionEntropy {
+		errs = append(errs, fmt.Errorf("entropy of %d bytes, want %d..%d", n, MinProvisionEntropy, maxProvisionEntropy))
+	}
+	if p.Time.IsZero() {
+		errs = append(errs, errors.New("no time"))
+	}
+	if !isHostname(p.Hostname) {
+		errs = append(errs, fmt.Errorf("hostname %.80q: want 1..%d lowercase letters, digits and inner hyphens", p.Hostname, maxHostnameLen))
+	}
+	if len(p.MachineID) != machineIDLen || !allOf(p.MachineID, "0123456789abcdef") || p.MachineID == zeroMachineID {
+		errs = append(errs, fmt.Errorf("machine id %.80q: want %d lowercase hex digits, not all zero", p.MachineID, machineIDLen))
+	}
+	if n := len(p.ScratchName); n < minScratchNameLen || n > maxScratchNameLen || !allOf(p.ScratchName, alphanumerics) {
+		errs = append(errs, fmt.Errorf("scratch name %.80q: want %d..%d letters and digits", p.ScratchName, minScratchNameLen, maxScratchNameLen))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	return nil
+}
+
+const (
+	alphanumerics = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	zeroMachineID = "00000000000000000000000000000000"
+)
+
+func isHostname(s string) bool {
+	return len(s) >= 1 && len(s) <= maxHostnameLen && allOf(s, "abcdefghijklmnopqrstuvwxyz0123456789-") &&
+		s[0] != '-' && s[len(s)-1] != '-'
+}
+
+// allOf reports whether every byte of s is one of chars.
+func allOf(s, chars string) bool {
+	return strings.Trim(s, chars) == ""
+}
+
+// Provisioned is the guest's acknowledgement of a Provision.
+type Provisioned struct {
+	// ScratchDir is the worker's working directory for this VM, made from
+	// the Provision's ScratchName.
+	ScratchDir string `json:"scratch_dir"`
 }
 
 // ExecRequest starts a process in the guest. Exactly one of Argv and Shell
@@ -121,6 +211,23 @@ type NetConfig struct {
 	// Gateway is the default route's next hop; empty means no default route.
 	Gateway string `json:"gateway,omitempty"`
 	MTU     int    `json:"mtu,omitempty"`
+	// MAC, when set, replaces the interface's hardware address before it
+	// comes up. A clone restored from a snapshot would otherwise keep the
+	// snapshot's.
+	MAC string `json:"mac,omitempty"`
+}
+
+// Validate reports whether the MAC, if set, is a unicast Ethernet address;
+// the guest checks the rest against its interfaces.
+func (c *NetConfig) Validate() error {
+	if c.MAC == "" {
+		return nil
+	}
+	mac, err := net.ParseMAC(c.MAC)
+	if err != nil || len(mac) != 6 || mac[0]&1 != 0 {
+		return fmt.Errorf("net config: mac %.40q: want a unicast Ethernet address", c.MAC)
+	}
+	return nil
 }
 
 // OutputsRequest asks the guest which entries under the scratch directory

@@ -16,6 +16,7 @@ const (
 	opListOutputs = "list_outputs"
 	opReadOutput  = "read_output"
 	opNetConfig   = "net_config"
+	opProvision   = "provision"
 	opShutdown    = "shutdown"
 	maxSignalNum  = 64 // highest Linux real-time signal
 )
@@ -23,15 +24,16 @@ const (
 // openRequest is the payload of an Open frame: the operation and its
 // request, with exactly the matching field set.
 type openRequest struct {
-	Op      string          `json:"op"`
-	Exec    *ExecRequest    `json:"exec,omitempty"`
-	File    *FileRequest    `json:"file,omitempty"`
-	Net     *NetConfig      `json:"net,omitempty"`
-	Outputs *OutputsRequest `json:"outputs,omitempty"`
+	Op        string          `json:"op"`
+	Exec      *ExecRequest    `json:"exec,omitempty"`
+	File      *FileRequest    `json:"file,omitempty"`
+	Net       *NetConfig      `json:"net,omitempty"`
+	Outputs   *OutputsRequest `json:"outputs,omitempty"`
+	Provision *Provision      `json:"provision,omitempty"`
 }
 
 func (r *openRequest) validate() error {
-	want := map[string]bool{"exec": r.Exec != nil, "file": r.File != nil, "net": r.Net != nil, "outputs": r.Outputs != nil}
+	want := map[string]bool{"exec": r.Exec != nil, "file": r.File != nil, "net": r.Net != nil, "outputs": r.Outputs != nil, "provision": r.Provision != nil}
 	var needs string
 	switch r.Op {
 	case opExec:
@@ -42,6 +44,8 @@ func (r *openRequest) validate() error {
 		needs = "outputs"
 	case opNetConfig:
 		needs = "net"
+	case opProvision:
+		needs = "provision"
 	case opShutdown:
 	default:
 		return fmt.Errorf("unknown operation %q", r.Op)
@@ -61,6 +65,10 @@ func (r *openRequest) validate() error {
 		return r.Outputs.Validate()
 	case r.Op == opReadOutput && (r.File.Path == "" || r.File.Path[0] == '/'):
 		return errors.New("read output: the path must be relative to the scratch directory")
+	case r.Net != nil:
+		return r.Net.Validate()
+	case r.Provision != nil:
+		return r.Provision.Validate()
 	case r.File != nil && r.File.Path == "":
 		return errors.New("file request: empty path")
 	case r.File != nil && r.File.MaxBytes < 0:
@@ -84,6 +92,8 @@ type closeResult struct {
 	// Exit is set when an exec ran; it is absent for other operations and
 	// for execs that failed to start.
 	Exit *ExitStatus `json:"exit,omitempty"`
+	// Provisioned is set when a provision succeeded, and only then.
+	Provisioned *Provisioned `json:"provisioned,omitempty"`
 	// Error is the guest's reason for failing the operation.
 	Error string `json:"error,omitempty"`
 }
@@ -138,6 +148,10 @@ func decodeCloseResult(op string, payload []byte) (closeResult, error) {
 		return res, protocolErrorf("exec closed without exit status or error")
 	case op != opExec && res.Exit != nil:
 		return res, protocolErrorf("%s closed with an exit status", op)
+	case res.Provisioned != nil && (op != opProvision || res.Error != ""):
+		return res, protocolErrorf("%s closed with a provisioning result", op)
+	case op == opProvision && res.Provisioned == nil && res.Error == "":
+		return res, protocolErrorf("provision closed without its result or an error")
 	case res.Exit != nil && (res.Exit.Signal < 0 || res.Exit.Signal > maxSignalNum || res.Exit.Duration < 0):
 		return res, protocolErrorf("implausible exit status %+v", *res.Exit)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -73,6 +74,9 @@ func TestClientRejectsMisbehavingGuest(t *testing.T) {
 		{"close with unknown field", func(t testing.TB) []byte {
 			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte(`{"exit":{"code":0,"duration_ns":1},"extra":1}`)})
 		}},
+		{"provisioning result on an exec", func(t testing.TB) []byte {
+			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte(`{"exit":{"code":0,"duration_ns":1},"provisioned":{"scratch_dir":"/x"}}`)})
+		}},
 		{"implausible signal", func(t testing.TB) []byte {
 			return mustFrame(t, Frame{Type: FrameClose, Stream: 1, Payload: []byte(`{"exit":{"code":-1,"signal":1000,"duration_ns":1}}`)})
 		}},
@@ -113,7 +117,7 @@ func TestClientRejectsBadHello(t *testing.T) {
 		first   func(t testing.TB) []byte
 		wantErr string
 	}{
-		{"other version", func(t testing.TB) []byte { return helloFrame(t, ProtocolVersion+1) }, "protocol version 2"},
+		{"other version", func(t testing.TB) []byte { return helloFrame(t, ProtocolVersion+1) }, fmt.Sprintf("protocol version %d", ProtocolVersion+1)},
 		{"data before hello", func(t testing.TB) []byte { return stdoutFrames(t, 1, 1) }, "before hello"},
 		{"hello not JSON", func(t testing.TB) []byte { return mustFrame(t, Frame{Type: FrameHello, Payload: []byte("hi")}) }, "hello payload"},
 		{"closed before hello", func(testing.TB) []byte { return nil }, "EOF"},
@@ -294,6 +298,9 @@ func TestOpenRequestValidation(t *testing.T) {
 		{"exec without request", openRequest{Op: opExec}, `lacks its "exec"`},
 		{"read file with exec", openRequest{Op: opReadFile, File: file, Exec: exec}, `carries a "exec"`},
 		{"shutdown with net", openRequest{Op: opShutdown, Net: &NetConfig{}}, `carries a "net"`},
+		{"provision without request", openRequest{Op: opProvision}, `lacks its "provision"`},
+		{"net with multicast mac", openRequest{Op: opNetConfig, Net: &NetConfig{MAC: "03:00:00:00:00:01"}}, "unicast"},
+		{"net with mac", openRequest{Op: opNetConfig, Net: &NetConfig{MAC: "02:00:00:00:00:01"}}, ""},
 		{"unknown op", openRequest{Op: "reboot"}, "unknown operation"},
 		{"list outputs", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{Patterns: []string{"out/*"}, MaxEntries: 5}}, ""},
 		{"list outputs without patterns", openRequest{Op: opListOutputs, Outputs: &OutputsRequest{MaxEntries: 5}}, "0 patterns"},

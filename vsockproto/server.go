@@ -241,6 +241,12 @@ func (s *server) call(ctx context.Context, st *guestStream, req openRequest) clo
 		}
 	case opNetConfig:
 		err = s.h.ConfigureNetwork(ctx, *req.Net)
+	case opProvision:
+		var done Provisioned
+		done, err = s.h.Provision(ctx, *req.Provision)
+		if err == nil {
+			return closeResult{Provisioned: &done}
+		}
 	case opShutdown:
 		// Acknowledged by the Close frame; serveStream then calls Shutdown.
 	}

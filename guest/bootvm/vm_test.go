@@ -3,7 +3,9 @@ package bootvm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +33,10 @@ type vm struct {
 	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
+	// provision is what the test made the guest unique with, scratch
+	// the scratch directory the guest made for it.
+	provision vsockproto.Provision
+	scratch   string
 	// stop kills QEMU, waits for it and removes its network; it is
 	// idempotent.
 	stop func()
@@ -90,7 +96,19 @@ func boot(t testing.TB) *vm {
 	if err != nil {
 		t.Fatalf("hello: %v\nconsole:\n%s", err, m.Console())
 	}
-	return &vm{machine: m, client: client, hello: hello, stop: stop}
+	p := vsockproto.Provision{
+		Entropy:     make([]byte, vsockproto.MinProvisionEntropy),
+		Hostname:    "bootvm-" + id,
+		MachineID:   id + id + id[:8],
+		ScratchName: "Boot" + id[:4],
+	}
+	rand.Read(p.Entropy)
+	p.Time = time.Now()
+	done, err := client.Provision(ctx, p)
+	if err != nil {
+		t.Fatalf("provision: %v\nconsole:\n%s", err, m.Console())
+	}
+	return &vm{machine: m, client: client, hello: hello, provision: p, scratch: done.ScratchDir, stop: stop}
 }
 
 // result is a finished command as the test sees it.
@@ -146,8 +164,8 @@ func TestGuest(t *testing.T) {
 		if v.hello.Transport != want {
 			t.Errorf("transport = %q, want %s", v.hello.Transport, want)
 		}
-		if !strings.HasPrefix(v.hello.ScratchDir, "/tmp/ephemeral-run-") || !strings.HasSuffix(v.hello.ScratchDir, "/scratch") {
-			t.Errorf("scratch dir = %q", v.hello.ScratchDir)
+		if want := "/tmp/ephemeral-run-" + v.provision.ScratchName + "/scratch"; v.scratch != want {
+			t.Errorf("scratch dir = %q, want %q", v.scratch, want)
 		}
 		if v.hello.KernelRelease == "" || v.hello.KernelUptime <= 0 || v.hello.InitDuration <= 0 {
 			t.Errorf("hello lacks boot facts: %+v", v.hello)
@@ -156,10 +174,21 @@ func TestGuest(t *testing.T) {
 
 	t.Run("identity", func(t *testing.T) {
 		r := v.shell(t, "pwd; whoami; id -u; id -g; echo $HOME; stat -c %a:%U $(dirname $PWD)")
-		want := strings.Join([]string{v.hello.ScratchDir, "worker", "1000", "1000", "/home/worker", "700:worker"}, "\n") + "\n"
+		want := strings.Join([]string{v.scratch, "worker", "1000", "1000", "/home/worker", "700:worker"}, "\n") + "\n"
 		if r.stdout != want || r.status.Code != 0 {
 			t.Errorf("got %q (exit %d, stderr %q), want %q", r.stdout, r.status.Code, r.stderr, want)
 		}
+	})
+
+	t.Run("provisioned names and clock", func(t *testing.T) {
+		before := time.Now()
+		r := v.shell(t, "hostname; cat /etc/machine-id; date +%s.%N")
+		after := time.Now()
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(lines) != 3 || lines[0] != v.provision.Hostname || lines[1] != v.provision.MachineID {
+			t.Fatalf("hostname, machine-id, date = %q (stderr %q), want %s, %s and the time", r.stdout, r.stderr, v.provision.Hostname, v.provision.MachineID)
+		}
+		assertClock(t, lines[2], before, after)
 	})
 
 	t.Run("argv and env", func(t *testing.T) {
@@ -220,7 +249,7 @@ func TestGuest(t *testing.T) {
 			t.Errorf("written file: %q, want mode 600 owned by worker", r.stdout)
 		}
 		var out bytes.Buffer
-		if err := v.client.ReadFile(ctx, vsockproto.FileRequest{Path: v.hello.ScratchDir + "/out.txt", MaxBytes: 100}, &out); err != nil {
+		if err := v.client.ReadFile(ctx, vsockproto.FileRequest{Path: v.scratch + "/out.txt", MaxBytes: 100}, &out); err != nil {
 			t.Fatal(err)
 		}
 		if out.String() != "PAYLOAD\n" {
@@ -243,13 +272,13 @@ func TestGuest(t *testing.T) {
 
 	t.Run("network configuration", func(t *testing.T) {
 		err := v.client.ConfigureNetwork(context.Background(), vsockproto.NetConfig{
-			Interface: "eth0", Address: "10.0.2.15/24", Gateway: "10.0.2.2", MTU: 1400,
+			Interface: "eth0", Address: "10.0.2.15/24", Gateway: "10.0.2.2", MTU: 1400, MAC: "02:00:5e:10:00:01",
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := v.shell(t, "ip -4 -o addr show dev eth0 | awk '{print $4}'; ip route show default | cut -d' ' -f1-3; cat /sys/class/net/eth0/mtu")
-		if want := "10.0.2.15/24\ndefault via 10.0.2.2\n1400\n"; r.stdout != want {
+		r := v.shell(t, "ip -4 -o addr show dev eth0 | awk '{print $4}'; ip route show default | cut -d' ' -f1-3; cat /sys/class/net/eth0/mtu /sys/class/net/eth0/address")
+		if want := "10.0.2.15/24\ndefault via 10.0.2.2\n1400\n02:00:5e:10:00:01\n"; r.stdout != want {
 			t.Errorf("guest network = %q, want %q (stderr %q)", r.stdout, want, r.stderr)
 		}
 		if err := v.client.ConfigureNetwork(context.Background(), vsockproto.NetConfig{Interface: "eth9", Address: "10.0.0.2/24"}); err == nil {
@@ -299,5 +328,26 @@ func TestHostHangUpPowersOff(t *testing.T) {
 	}
 	if !strings.Contains(v.machine.Console(), "host connection ended") {
 		t.Errorf("the guest did not say why it powered off; console:\n%s", v.machine.Console())
+	}
+}
+
+// clockTolerance bounds how far the guest's clock may be from the host's
+// right after the host provisioned it. It is a correctness bound, not a
+// speed measurement: provisioning sets the clock to within the time a
+// frame takes; a guest that missed it is off by seconds (the RTC's whole
+// seconds at a cold boot, the snapshot's age for a clone).
+const clockTolerance = 250 * time.Millisecond
+
+// assertClock checks that the guest's `date +%s.%N`, taken between before
+// and after on the host, agrees with the host's clock.
+func assertClock(t *testing.T, guestDate string, before, after time.Time) {
+	t.Helper()
+	secs, err := strconv.ParseFloat(guestDate, 64)
+	if err != nil {
+		t.Fatalf("guest date %q: %v", guestDate, err)
+	}
+	guest := time.Unix(0, int64(secs*1e9))
+	if guest.Before(before.Add(-clockTolerance)) || guest.After(after.Add(clockTolerance)) {
+		t.Errorf("guest clock %v, host clock %v..%v: off by more than %v", guest.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano), clockTolerance)
 	}
 }

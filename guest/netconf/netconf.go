@@ -1,5 +1,5 @@
 // Package netconf configures the guest's network interface over netlink:
-// address, MTU, link state and default route. It never configures a
+// hardware address, IP address, MTU, link state and default route. It never configures a
 // resolver: the guest has no DNS by design.
 package netconf
 
@@ -22,8 +22,9 @@ const maxMTU = 65535
 type Plan struct {
 	Interface string
 	Address   netip.Prefix
-	Gateway   netip.Addr // invalid: no default route
-	MTU       int        // 0: leave as is
+	Gateway   netip.Addr       // invalid: no default route
+	MTU       int              // 0: leave as is
+	MAC       net.HardwareAddr // nil: leave as is
 }
 
 // ParseConfig checks a host request before any netlink call.
@@ -50,6 +51,12 @@ func ParseConfig(cfg vsockproto.NetConfig) (Plan, error) {
 	if p.MTU < 0 || p.MTU > maxMTU || (p.MTU > 0 && p.MTU < 68) {
 		return Plan{}, fmt.Errorf("netconf: MTU %d out of range", p.MTU)
 	}
+	if err := cfg.Validate(); err != nil {
+		return Plan{}, fmt.Errorf("netconf: %w", err)
+	}
+	if cfg.MAC != "" {
+		p.MAC, _ = net.ParseMAC(cfg.MAC) // checked by Validate
+	}
 	return p, nil
 }
 
@@ -58,6 +65,13 @@ func Apply(p Plan) error {
 	link, err := netlink.LinkByName(p.Interface)
 	if err != nil {
 		return fmt.Errorf("netconf: find %s: %w", p.Interface, err)
+	}
+	if p.MAC != nil {
+		// Before the link comes up, so that no frame leaves with the
+		// old address (a clone's is its snapshot's).
+		if err := netlink.LinkSetHardwareAddr(link, p.MAC); err != nil {
+			return fmt.Errorf("netconf: set hardware address of %s: %w", p.Interface, err)
+		}
 	}
 	if p.MTU > 0 {
 		if err := netlink.LinkSetMTU(link, p.MTU); err != nil {

@@ -22,6 +22,9 @@ const defaultFileMode = 0o644
 // plants a symlink (scratch/out -> /etc) cannot make the root init write
 // where the user could not. The final component is never followed at all.
 func (s *Service) WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
 	path := s.resolve(req.Path)
 	user := req.User
 	if user == "" {
@@ -100,6 +103,9 @@ func withFilesystemIDs(uid, gid uint32, f func() error) error {
 // when it is larger than req.MaxBytes. Devices and FIFOs are refused: a
 // read of /dev/zero would never end.
 func (s *Service) ReadFile(ctx context.Context, req vsockproto.FileRequest, w io.Writer) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
 	path := s.resolve(req.Path)
 	f, err := os.Open(path)
 	if err != nil {

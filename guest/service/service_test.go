@@ -3,12 +3,14 @@ package service
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ephemeralhq/ephemeral/guest/worker"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
@@ -27,7 +29,75 @@ func newService(t *testing.T) *Service {
 	if err := os.WriteFile(filepath.Join(root, "etc", "group"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &Service{Runner: &worker.Runner{Root: root, ScratchDir: t.TempDir()}}
+	s := &Service{Runner: &worker.Runner{Root: root}, Identity: func(vsockproto.Provision) error { return nil }, ScratchBase: t.TempDir()}
+	if _, err := s.Provision(context.Background(), testProvision("Test01")); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testProvision(scratchName string) vsockproto.Provision {
+	return vsockproto.Provision{
+		Entropy:     bytes.Repeat([]byte{1}, vsockproto.MinProvisionEntropy),
+		Time:        time.Now(),
+		Hostname:    "ephemeral-test",
+		MachineID:   "0123456789abcdef0123456789abcdef",
+		ScratchName: scratchName,
+	}
+}
+
+// A guest serves nothing of the user's before it is provisioned, applies a
+// provision once, and makes the scratch directory the provision names.
+func TestProvisionGatesUserOperations(t *testing.T) {
+	s := newService(t)
+	s.provisioned = false
+	ctx := context.Background()
+	if _, err := s.Exec(ctx, vsockproto.ExecRequest{Argv: []string{"true"}}, vsockproto.ExecIO{}); err == nil || !strings.Contains(err.Error(), "not provisioned") {
+		t.Errorf("Exec before provision = %v, want refused", err)
+	}
+	if err := s.WriteFile(ctx, vsockproto.FileRequest{Path: "/tmp/x"}, strings.NewReader("x")); err == nil || !strings.Contains(err.Error(), "not provisioned") {
+		t.Errorf("WriteFile before provision = %v, want refused", err)
+	}
+	if err := s.ReadFile(ctx, vsockproto.FileRequest{Path: "/etc/passwd"}, new(bytes.Buffer)); err == nil || !strings.Contains(err.Error(), "not provisioned") {
+		t.Errorf("ReadFile before provision = %v, want refused", err)
+	}
+
+	var applied []vsockproto.Provision
+	s.Identity = func(p vsockproto.Provision) error { applied = append(applied, p); return nil }
+	done, err := s.Provision(ctx, testProvision("Fresh1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(s.ScratchBase, "ephemeral-run-Fresh1", "scratch"); done.ScratchDir != want || s.Runner.ScratchDir != want {
+		t.Errorf("scratch dir = %q (runner %q), want %q", done.ScratchDir, s.Runner.ScratchDir, want)
+	}
+	if fi, err := os.Stat(done.ScratchDir); err != nil || !fi.IsDir() {
+		t.Errorf("scratch dir not made: %v", err)
+	}
+	if len(applied) != 1 || applied[0].Hostname != "ephemeral-test" {
+		t.Errorf("identity applied %+v, want the provision once", applied)
+	}
+	if err := s.WriteFile(ctx, vsockproto.FileRequest{Path: "ok"}, strings.NewReader("x")); err != nil {
+		t.Errorf("WriteFile after provision: %v", err)
+	}
+	if _, err := s.Provision(ctx, testProvision("Again1")); err == nil {
+		t.Error("a second provision was applied")
+	}
+}
+
+func TestProvisionFailureLeavesGuestUnprovisioned(t *testing.T) {
+	s := newService(t)
+	s.provisioned = false
+	s.Identity = func(vsockproto.Provision) error { return errors.New("reseed refused") }
+	if _, err := s.Provision(context.Background(), testProvision("Fail01")); err == nil {
+		t.Fatal("Provision succeeded though the identity failed")
+	}
+	if _, err := os.Stat(filepath.Join(s.ScratchBase, "ephemeral-run-Fail01")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("scratch dir made despite the failure: %v", err)
+	}
+	if err := s.ready(); err == nil {
+		t.Error("the guest counts as provisioned after a failed provision")
+	}
 }
 
 func TestWriteThenReadFile(t *testing.T) {

@@ -30,7 +30,8 @@ import (
 
 // VM is what the agent needs of a run's microVM (a *sandbox.Sandbox).
 type VM interface {
-	Hello() vsockproto.Hello
+	// ScratchDir is where the worker's commands run.
+	ScratchDir() string
 	Exec(ctx context.Context, req vsockproto.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error)
 	WriteFile(ctx context.Context, req vsockproto.FileRequest, r io.Reader) error
 	// ListOutputs and ReadOutput copy the run's output files out.

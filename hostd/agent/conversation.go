@@ -87,7 +87,7 @@ func (c *conversation) run(ctx context.Context) (string, error) {
 func (c *conversation) call(ctx context.Context, tools []model.Tool, final bool) (model.Response, error) {
 	req := model.Request{
 		Model:    c.model.Name,
-		System:   systemPrompt(c.spec, c.vm.Hello().ScratchDir, c.rec.Remaining(), timeLeft(ctx), c.cfg, final),
+		System:   systemPrompt(c.spec, c.vm.ScratchDir(), c.rec.Remaining(), timeLeft(ctx), c.cfg, final),
 		Messages: c.messages,
 		Tools:    tools,
 	}

@@ -54,9 +54,7 @@ type fakeVM struct {
 	destroyed int
 }
 
-func (v *fakeVM) Hello() vsockproto.Hello {
-	return vsockproto.Hello{ScratchDir: "/tmp/ephemeral-run-Fake01/scratch"}
-}
+func (v *fakeVM) ScratchDir() string { return "/tmp/ephemeral-run-Fake01/scratch" }
 
 func (v *fakeVM) Exec(ctx context.Context, req vsockproto.ExecRequest, _ io.Reader, stdout, stderr io.Writer) (vsockproto.ExitStatus, error) {
 	command := req.Shell

@@ -43,6 +43,9 @@ type Config struct {
 	LimitAddressRunCreations int
 	LimitAddressReads        int
 	LimitAddressStreams      int
+	// PoolSize is how many ready sandboxes the daemon keeps for runs; 0
+	// keeps none.
+	PoolSize                 int
 	MaxCostMicros            int64
 	MaxModelTurns            int
 	CommandTimeout           time.Duration
@@ -116,6 +119,7 @@ func Defaults() Config {
 		LimitAddressRunCreations: 20,
 		LimitAddressReads:        100,
 		LimitAddressStreams:      40,
+		PoolSize:                 defaultPoolSize(runtime.NumCPU(), totalMemory()),
 		MaxCostMicros:            100_000_000,
 		MaxModelTurns:            20,
 		CommandTimeout:           60 * time.Second,
@@ -135,6 +139,17 @@ func Defaults() Config {
 		SessionIdleTimeout:  7 * 24 * time.Hour,
 		SessionMaxAge:       30 * 24 * time.Hour,
 	}
+}
+
+// poolMemoryPerVM is the host memory the default pool size sets aside for
+// each pooled sandbox: an idle one costs far less, but it is there to be
+// taken by a run whose guest may fill its memory.
+const poolMemoryPerVM = 2 << 30
+
+// defaultPoolSize keeps one sandbox ready per CPU, as many as runs may
+// execute at once by default, but no more than the memory allows.
+func defaultPoolSize(cpus int, memory uint64) int {
+	return max(0, min(cpus, int(memory/poolMemoryPerVM)))
 }
 
 // ConfigFileSetting is the setting that names the configuration file; it
@@ -208,6 +223,7 @@ var Settings = []Setting{
 	{Name: "limit-address-run-creations", Usage: "run creations per second from one client address (IPv6: one /64), in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitAddressRunCreations }},
 	{Name: "limit-address-reads", Usage: "other requests per second from one client address (IPv6: one /64), with or without a valid key, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitAddressReads }},
 	{Name: "limit-address-streams", Usage: "event streams one client address (IPv6: one /64) may have open at once before 429", field: func(c *Config) any { return &c.LimitAddressStreams }},
+	{Name: "pool-size", Usage: "sandboxes kept started and sealed, each handed to one run; they count toward max-concurrent-runs (default: one per CPU, at most one per 2 GiB of memory; 0: none)", field: func(c *Config) any { return &c.PoolSize }},
 	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
 	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
@@ -293,7 +309,7 @@ func (c Config) Validate() error {
 		name string
 		v    int64
 	}{{"compute-micros-per-vm-second", c.ComputeMicrosPerVMSecond}, {"web-micros-per-request", c.WebMicrosPerRequest},
-		{"starter-credit-micros", c.StarterCreditMicros}} {
+		{"starter-credit-micros", c.StarterCreditMicros}, {"pool-size", int64(c.PoolSize)}} {
 		if n.v < 0 {
 			bad(n.name, "must not be negative, got %d", n.v)
 		}

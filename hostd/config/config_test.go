@@ -177,3 +177,20 @@ func TestEverySettingHasAFieldOfItsOwn(t *testing.T) {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 }
+
+func TestDefaultPoolSizeFollowsCPUsAndMemory(t *testing.T) {
+	for _, tc := range []struct {
+		cpus   int
+		memory uint64
+		want   int
+	}{
+		{2, 24 << 30, 2}, // this project's machines: one per CPU
+		{16, 8 << 30, 4}, // memory-bound: one per 2 GiB
+		{4, 1 << 30, 0},  // too little memory for even one
+		{1, 0, 0},        // memory unknown
+	} {
+		if got := defaultPoolSize(tc.cpus, tc.memory); got != tc.want {
+			t.Errorf("defaultPoolSize(%d CPUs, %d GiB) = %d, want %d", tc.cpus, tc.memory>>30, got, tc.want)
+		}
+	}
+}

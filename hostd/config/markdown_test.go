@@ -58,6 +58,8 @@ func markdownTable() string {
 		switch {
 		case s.Name == "max-concurrent-runs":
 			def = "one per CPU"
+		case s.Name == "pool-size":
+			def = "one per CPU, memory allowing"
 		case def == "":
 			def = "—"
 		default:

@@ -1,8 +1,11 @@
 // Package sandbox is the host's handle on disposable microVMs: it boots one
-// from the guest image with the machine's VMM, connects to the guest init,
-// runs commands and file transfers in it, and destroys it so that nothing
-// remains — no VMM process, socket, directory or network namespace — also
-// when the caller's context ends mid-boot or the daemon itself died.
+// from the guest image with the machine's VMM, or restores a clone of a
+// template booted once per image and shape (template.go), makes its guest
+// unique (vsockproto.Provision), connects to the guest init, runs commands
+// and file transfers in it, and destroys it so that nothing remains — no
+// VMM process, socket, directory or network namespace — also when the
+// caller's context ends mid-boot or the daemon itself died. A Pool
+// (pool.go) keeps sandboxes started for whoever takes one.
 package sandbox
 
 import (
@@ -39,6 +42,9 @@ type Options struct {
 	// Env is added to every exec's environment after the proxy variables,
 	// e.g. EPHEMERAL_CONNECTIONS_URL (broker.Grants.GuestEnv).
 	Env []string
+	// Start says whether the VM may be restored from a template or must
+	// boot; the zero value restores where possible.
+	Start Start
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -58,14 +64,24 @@ func (o *Options) withDefaults() (Options, error) {
 // Manager creates sandboxes from one guest image with one VMM driver. It is
 // safe for concurrent use; several processes may share a state directory.
 type Manager struct {
-	driver   vmm.Driver
-	image    *image.Image
+	driver vmm.Driver
+	// stateDir holds the guest image, which currentImage follows; ""
+	// keeps image.
+	stateDir string
 	dir      string // <state>/sandboxes
 	logf     func(format string, args ...any)
 	killer   leftoverKiller
+	// coldStarts is Config.ColdStarts.
+	coldStarts bool
+
 	mu       sync.Mutex
+	image    *image.Image        // guarded by mu
 	live     map[string]*Sandbox // guarded by mu
 	draining bool                // guarded by mu
+	// pool, when set, refills as sandboxes go (guarded by mu).
+	pool *Pool
+
+	templates templates
 }
 
 // leftoverKiller kills a VMM that a dead process left running for a
@@ -83,6 +99,10 @@ type Config struct {
 	Driver vmm.Driver
 	// Logf receives diagnostics; nil means log.Printf.
 	Logf func(format string, args ...any)
+	// ColdStarts makes Create boot sandboxes unless asked to restore
+	// them (Options.Start): a process that starts one sandbox and exits
+	// would boot a template for nothing.
+	ColdStarts bool
 }
 
 // NewManager loads the guest image and picks the VMM driver. It does not
@@ -110,12 +130,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
 	}
 	return &Manager{
-		driver: driver,
-		image:  img,
-		dir:    dir,
-		logf:   logf,
-		killer: killLeftoverVMM,
-		live:   make(map[string]*Sandbox),
+		driver:     driver,
+		stateDir:   cfg.StateDir,
+		image:      img,
+		dir:        dir,
+		logf:       logf,
+		killer:     killLeftoverVMM,
+		coldStarts: cfg.ColdStarts,
+		live:       make(map[string]*Sandbox),
+		templates:  newTemplates(),
 	}, nil
 }
 
@@ -149,30 +172,49 @@ func DescribeDriver(driver vmm.Driver) string {
 	return driver.Name() + " (" + strings.Join(parts, "; ") + ")"
 }
 
-// Image is the guest image sandboxes boot from.
-func (m *Manager) Image() *image.Image { return m.image }
+// Image is the guest image sandboxes start from.
+func (m *Manager) Image() *image.Image {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.image
+}
 
 // BootTimings break one sandbox's start into phases.
 type BootTimings struct {
+	// Restored is set when the VM is a clone restored from a template;
+	// Kernel and Init are then the template's boot, not this VM's.
+	Restored bool
+	// Pooled is set when the sandbox was taken from a Pool: it was
+	// started (as the other fields say) before anyone asked for it.
+	Pooled bool
 	// Network is the creation of the network namespace, tap and firewall.
 	Network time.Duration
 	// VMMStart is from launching the VMM process to the VMM reporting
-	// the VM running.
+	// the VM running; for a clone it includes loading the saved state.
 	VMMStart time.Duration
-	// Kernel is the guest kernel's own boot, up to starting the init.
+	// Hello is from the VMM reporting the VM running to the guest's
+	// Hello: for a boot, everything the guest does before it serves
+	// (firmware, kernel, init); for a clone, its waking up.
+	Hello time.Duration
+	// Kernel is the guest kernel's own boot, as its clock counts, up to
+	// starting the init.
 	Kernel time.Duration
 	// Init is the guest init's work up to serving the host (mounts,
 	// modules, overlay).
 	Init time.Duration
-	// Ready is from Create's call to the guest's Hello: what a user waits.
+	// Setup is provisioning the guest (vsockproto.Provision) and
+	// configuring its network, after the Hello.
+	Setup time.Duration
+	// Ready is from Create's call to a guest ready for commands: what a
+	// user waits.
 	Ready time.Duration
 }
 
-// guestCmdline is added to every guest's kernel command line. The kernel's
+// GuestCmdline is added to every guest's kernel command line. The kernel's
 // crypto self-tests cost about 230 ms of each boot under TCG; the guest's
 // kernel crypto guards nothing the host relies on, and the same kernel
 // build is self-tested wherever it runs as a host.
-const guestCmdline = "cryptomgr.notests"
+const GuestCmdline = "cryptomgr.notests"
 
 // Sandbox is one running microVM with its guest connection.
 type Sandbox struct {
@@ -183,6 +225,7 @@ type Sandbox struct {
 	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
+	scratch string
 	// env is added to every exec's environment: the proxy variables in
 	// broker mode.
 	env     []string
@@ -196,30 +239,67 @@ type Sandbox struct {
 // ErrDestroyed is returned by operations on a destroyed sandbox.
 var ErrDestroyed = errors.New("sandbox destroyed")
 
-// Create boots a sandbox and waits until its guest init is serving. On
-// error, or when ctx ends first, everything it had started is torn down.
+// ErrShuttingDown is returned by Create once Shutdown has begun.
+var ErrShuttingDown = errors.New("sandbox: manager is shutting down")
+
+// Create starts a sandbox and waits until its guest init serves, made
+// unique (vsockproto.Provision) and with its network configured. Where the
+// driver can save VMs (vmm.Snapshotter) it restores a clone of the
+// template of opts' shape, booting that template first if there is none;
+// otherwise it boots the VM. opts.Start can insist on either. On error, or
+// when ctx ends first, everything it had started is torn down.
 func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	id := sandboxid.New()
-	dir := filepath.Join(m.dir, id)
-	vmCfg := vmm.Config{
-		ID:        id,
-		Kernel:    m.image.Kernel,
-		Initrd:    m.image.Initrd,
-		RootDisk:  m.image.RootDisk,
-		Cmdline:   guestCmdline,
-		VCPUs:     opts.VCPUs,
-		MemoryMiB: opts.MemoryMiB,
-		Dir:       filepath.Join(dir, "vm"),
+	img, err := m.currentImage()
+	if err != nil {
+		return nil, err
 	}
+	id := sandboxid.New()
+	vmCfg := m.vmConfig(img, opts, id, filepath.Join(m.dir, id))
 	// Checked before anything is built; the tap joins once it exists.
 	if err := vmCfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	start, err := m.startFunc(img, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m.create(ctx, vmCfg, opts, began, start)
+}
+
+// vmConfig is the machine of the sandbox id whose directory is dir,
+// without its network, which joins once it exists.
+func (m *Manager) vmConfig(img *image.Image, opts Options, id, dir string) vmm.Config {
+	return vmm.Config{
+		ID:        id,
+		Kernel:    img.Kernel,
+		Initrd:    img.Initrd,
+		RootDisk:  img.RootDisk,
+		Cmdline:   GuestCmdline,
+		VCPUs:     opts.VCPUs,
+		MemoryMiB: opts.MemoryMiB,
+		Dir:       filepath.Join(dir, "vm"),
+	}
+}
+
+// startFunc starts a sandbox's VM: it boots, or restores a clone.
+type startFunc func(ctx context.Context, cfg vmm.Config) (vmm.Machine, bool, error)
+
+// boot starts cfg's VM by booting it.
+func (m *Manager) boot(ctx context.Context, cfg vmm.Config) (vmm.Machine, bool, error) {
+	machine, err := m.driver.Start(ctx, cfg)
+	return machine, false, err
+}
+
+// create builds sandbox vmCfg.ID around the VM start starts: its
+// directory, its network, the guest connection, provisioning and the
+// guest's network.
+func (m *Manager) create(ctx context.Context, vmCfg vmm.Config, opts Options, began time.Time, start startFunc) (*Sandbox, error) {
+	id, dir := vmCfg.ID, filepath.Dir(vmCfg.Dir)
 	var undo cleanup.Stack
 	defer undo.Run()
 
@@ -246,7 +326,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
 	}
 	vmCfg.Tap, vmCfg.MAC = network.Tap(), network.MAC()
-	machine, err := m.driver.Start(ctx, vmCfg)
+	machine, restored, err := start(ctx, vmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", m.driver.Name(), err)
 	}
@@ -256,8 +336,17 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to guest: %w\nguest console:\n%s", err, machine.Console())
 	}
+	helloAt := time.Now()
 	undo.AddErr(client.Close)
-	if err := client.ConfigureNetwork(ctx, network.GuestConfig()); err != nil {
+	// Nothing else may reach the guest before it is unique: a clone
+	// still has its template's random state, clock and names.
+	provisioned, err := client.Provision(ctx, NewProvision())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: provision the guest: %w", err)
+	}
+	guestNet := network.GuestConfig()
+	guestNet.MAC = network.MAC().String()
+	if err := client.ConfigureNetwork(ctx, guestNet); err != nil {
 		return nil, fmt.Errorf("sandbox: configure guest network: %w", err)
 	}
 
@@ -271,12 +360,16 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		machine: machine,
 		client:  client,
 		hello:   hello,
+		scratch: provisioned.ScratchDir,
 		m:       m,
 		timings: BootTimings{
+			Restored: restored,
 			Network:  netTook,
 			VMMStart: vt.Running.Sub(vt.Launched),
+			Hello:    helloAt.Sub(vt.Running),
 			Kernel:   hello.KernelUptime - hello.InitDuration,
 			Init:     hello.InitDuration,
+			Setup:    time.Since(helloAt),
 			Ready:    time.Since(began),
 		},
 	}
@@ -339,14 +432,22 @@ func proxyEnv(cfg netns.Config) []string {
 // ID identifies the sandbox in its state directory and network namespace.
 func (s *Sandbox) ID() string { return s.id }
 
-// Hello is what the guest init reported when it came up.
+// Hello is what the guest init reported when it came up; a clone reports
+// its template's boot.
 func (s *Sandbox) Hello() vsockproto.Hello { return s.hello }
+
+// ScratchDir is the worker's working directory in the guest,
+// /tmp/ephemeral-run-<random>/scratch.
+func (s *Sandbox) ScratchDir() string { return s.scratch }
 
 // Network is the sandbox's namespace: its broker listener and drop counters.
 func (s *Sandbox) Network() *netns.Network { return s.network }
 
 // Timings are the sandbox's boot phases.
 func (s *Sandbox) Timings() BootTimings { return s.timings }
+
+// PID is the VMM's process id, for measuring what the VM costs the host.
+func (s *Sandbox) PID() int { return s.machine.PID() }
 
 // Exec runs req in the guest, streaming its output to stdout and stderr
 // (nil discards) and feeding it stdin (nil is empty).
@@ -460,8 +561,16 @@ func (s *Sandbox) Destroy() error {
 	return s.destroyErr
 }
 
-// Shutdown destroys every sandbox of this manager and refuses new ones.
+// Shutdown destroys every sandbox of this manager, its pool and its
+// templates, and refuses new ones.
 func (m *Manager) Shutdown() error {
+	m.mu.Lock()
+	pool := m.pool
+	m.mu.Unlock()
+	var errs []error
+	if pool != nil {
+		errs = append(errs, pool.Close())
+	}
 	m.mu.Lock()
 	m.draining = true
 	var all []*Sandbox
@@ -471,10 +580,10 @@ func (m *Manager) Shutdown() error {
 		}
 	}
 	m.mu.Unlock()
-	var errs []error
 	for _, sb := range all {
 		errs = append(errs, sb.Destroy())
 	}
+	m.stopTemplates()
 	return errors.Join(errs...)
 }
 
@@ -482,7 +591,7 @@ func (m *Manager) register(id string, sb *Sandbox) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.draining {
-		return errors.New("sandbox: manager is shutting down")
+		return ErrShuttingDown
 	}
 	m.live[id] = sb
 	return nil
@@ -492,6 +601,17 @@ func (m *Manager) unregister(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.live, id)
+	if m.pool != nil {
+		m.pool.nudge() // room for a pooled sandbox, maybe
+	}
+}
+
+// count is how many sandboxes the manager runs or is starting, pooled
+// ones and templates being booted included.
+func (m *Manager) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
 }
 
 // isLive reports whether id is a sandbox of this manager, running or being

@@ -28,29 +28,30 @@ func grants(spec runs.Spec) broker.Grants {
 	return g
 }
 
-// sandboxBoot boots runs' VMs with m. A run granted web or connections gets
-// a brokered sandbox (its only way out is a session of b on BrokerPort, and
-// its processes get the proxy variables and EPHEMERAL_CONNECTIONS_URL);
-// every other run gets a sealed one.
-func sandboxBoot(m *sandbox.Manager, b *broker.Broker) agent.BootFunc {
+// sandboxBoot takes runs' VMs from the pool p (which starts one when it
+// has none ready). A run granted web or connections gets a brokered
+// sandbox (its only way out is a session of b on BrokerPort, and its
+// processes get the proxy variables and EPHEMERAL_CONNECTIONS_URL); every
+// other run gets a sealed one.
+func sandboxBoot(p *sandbox.Pool, b *broker.Broker) agent.BootFunc {
 	return func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (agent.Machine, error) {
 		if !spec.NeedsEgress() {
-			sb, err := m.Create(ctx, sandbox.Options{})
+			sb, err := p.Take(ctx, sandbox.Options{})
 			if err != nil {
 				return agent.Machine{}, err
 			}
 			return agent.Machine{VM: sb, Firewall: sb.Network()}, nil
 		}
-		return bootBrokered(ctx, m, b, grants(spec), RunObserver{Rec: rec})
+		return bootBrokered(ctx, p, b, grants(spec), RunObserver{Rec: rec})
 	}
 }
 
-// bootBrokered creates a broker-mode sandbox and serves its session on the
+// bootBrokered takes a sandbox in broker mode and serves its session on the
 // sandbox's gateway. Whatever was set up is undone if a later step fails.
-func bootBrokered(ctx context.Context, m *sandbox.Manager, b *broker.Broker, g broker.Grants, obs broker.Observer) (agent.Machine, error) {
+func bootBrokered(ctx context.Context, p *sandbox.Pool, b *broker.Broker, g broker.Grants, obs broker.Observer) (agent.Machine, error) {
 	var undo cleanup.Stack
 	defer undo.Run()
-	sb, err := m.Create(ctx, sandbox.Options{
+	sb, err := p.Take(ctx, sandbox.Options{
 		Network: netns.Config{Mode: netns.Broker, BrokerPort: BrokerPort},
 		Env:     g.GuestEnv(),
 	})

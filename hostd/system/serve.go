@@ -18,8 +18,8 @@ import (
 
 // Start settles the runs a previous daemon left active (and removes their
 // sandboxes and any other leftovers of dead processes), then starts the
-// runs service (its scheduler and retention janitor) and the webhook
-// deliverer, which run until Close.
+// sandbox pool filling, the runs service (its scheduler and retention
+// janitor) and the webhook deliverer, which run until Close.
 func (s *System) Start(ctx context.Context) error {
 	recovered, err := s.Runs.Recover(ctx)
 	if len(recovered) > 0 {
@@ -27,6 +27,9 @@ func (s *System) Start(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if s.Pool != nil {
+		s.Pool.Start()
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopBackground = cancel

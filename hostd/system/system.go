@@ -60,8 +60,10 @@ type System struct {
 	// Examples are the shipped examples, which runs may replay.
 	Examples *example.Set
 	Hub      *timeline.Hub
-	// Sandboxes is nil when Options.Executor replaces the agent.
+	// Sandboxes is nil when Options.Executor replaces the agent; so is
+	// Pool, which keeps sandboxes ready for runs (config PoolSize).
 	Sandboxes *sandbox.Manager
+	Pool      *sandbox.Pool
 	Broker    *broker.Broker
 	Agent     *agent.Executor
 	Runs      *runs.Service
@@ -106,6 +108,10 @@ type Options struct {
 	Reconcile func(ctx context.Context, runIDs []string) error
 	// SandboxDir puts the sandboxes' directories somewhere of a test's own.
 	SandboxDir string
+	// SingleRun is for a process that executes one run and exits
+	// (`ephemeral run`): it keeps no pool and boots its sandbox, where
+	// pooled sandboxes and a template would be started for nothing.
+	SingleRun bool
 	// BrokerResolver and UnsafeBrokerTestHooks let tests reach upstreams
 	// on loopback; no configuration reaches them.
 	BrokerResolver        broker.Resolver
@@ -155,10 +161,21 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 
 	executor, reconcile := opts.Executor, opts.Reconcile
 	if executor == nil {
-		if s.Sandboxes, err = NewSandboxes(cfg, opts.SandboxDir, s.Log); err != nil {
+		if s.Sandboxes, err = newSandboxes(cfg, opts.SandboxDir, s.Log, opts.SingleRun); err != nil {
 			return nil, fmt.Errorf("runs need the guest image (ephemeral image build): %w", err)
 		}
 		s.onClose(s.Sandboxes.Shutdown)
+		// Pooled sandboxes count toward the runs' concurrency: the pool
+		// is spare capacity, never more VMs than runs may have.
+		poolSize := cfg.PoolSize
+		if opts.SingleRun {
+			poolSize = 0
+		}
+		s.Pool, err = s.Sandboxes.NewPool(sandbox.PoolConfig{Size: poolSize, Capacity: cfg.MaxConcurrentRuns})
+		if err != nil {
+			return nil, err
+		}
+		s.onClose(s.Pool.Close)
 		s.Broker = broker.New(broker.Config{
 			Resolver:        opts.BrokerResolver,
 			Connections:     s.Connections,
@@ -166,7 +183,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			UnsafeTestHooks: opts.UnsafeBrokerTestHooks,
 		})
 		s.Agent, err = agent.New(agent.Config{
-			Boot:               sandboxBoot(s.Sandboxes, s.Broker),
+			Boot:               sandboxBoot(s.Pool, s.Broker),
 			Models:             s.Models,
 			Replays:            s.replays(opts.Replay, opts.ReplayOf),
 			MaxTurns:           cfg.MaxModelTurns,
@@ -309,17 +326,24 @@ func (s *System) openStore(ctx context.Context, dbPath string) error {
 
 // NewSandboxes builds the sandbox manager alone, for commands that boot
 // VMs without runs (sandbox exec, bench). dir, when set, holds the
-// sandboxes' directories instead of the state directory.
+// sandboxes' directories instead of the state directory. Their sandboxes
+// boot unless asked to restore (sandbox.Options.Start): a template is worth
+// its boot only to a process that starts many.
 func NewSandboxes(cfg config.Config, dir string, log *slog.Logger) (*sandbox.Manager, error) {
+	return newSandboxes(cfg, dir, log, true)
+}
+
+func newSandboxes(cfg config.Config, dir string, log *slog.Logger, coldStarts bool) (*sandbox.Manager, error) {
 	driver, err := sandbox.Detect(cfg.VMM)
 	if err != nil {
 		return nil, err
 	}
 	return sandbox.NewManager(sandbox.Config{
-		StateDir: cfg.StateDir,
-		RunDir:   dir,
-		Driver:   driver,
-		Logf:     func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		StateDir:   cfg.StateDir,
+		RunDir:     dir,
+		Driver:     driver,
+		Logf:       func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		ColdStarts: coldStarts,
 	})
 }
 

@@ -2,120 +2,103 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"math"
 	"slices"
-	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
-	"github.com/ephemeralhq/ephemeral/hostd/system"
-	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
+// benchCommand measures what users wait for and what idle VMs cost. Every
+// figure comes with the baseline it is compared to, measured in the same
+// run, because this machine's speed varies with what else runs on it.
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure the platform",
+		Usage: "measure sandbox starts against a raw QEMU boot, interleaved (see also: bench density)",
+		Description: `Each round starts, in turn, a raw QEMU boot of the sandbox's machine (the
+baseline), a cold sandbox (booted), a restored one (a clone of a template)
+and one taken from a warm pool, and times each to ready and to its first
+command finished; the order rotates every round so that the machine's
+noise hits all alike. It prints medians, interquartile ranges and n (p95
+from 20 rounds on) and each variant's ratio to the raw boot of its round.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "n", Value: 10, Usage: "rounds (each starts every variant once)"},
+			&cli.IntFlag{Name: "memory", Value: 512, Usage: "guest memory in MiB"},
+		},
+		Action: benchStart,
 		Subcommands: []*cli.Command{{
-			Name:  "boot",
-			Usage: "boot N sandboxes one after another and print p50/p95 of each boot phase",
+			Name:  "density",
+			Usage: "hold N idle sandboxes and print what each costs the host: PSS, idle CPU",
 			Flags: []cli.Flag{
-				&cli.IntFlag{Name: "n", Value: 10, Usage: "number of boots"},
+				&cli.IntFlag{Name: "n", Value: 20, Usage: "idle sandboxes to hold at once"},
 				&cli.IntFlag{Name: "memory", Value: 512, Usage: "guest memory in MiB"},
+				&cli.BoolFlag{Name: "boot", Usage: "boot the sandboxes instead of restoring them from a template"},
+				&cli.DurationFlag{Name: "settle", Value: 15 * time.Second, Usage: "wait this long after the last start before measuring"},
+				&cli.DurationFlag{Name: "interval", Value: 20 * time.Second, Usage: "measure idle CPU over this long"},
 			},
-			Action: benchBoot,
+			Action: benchDensity,
 		}, benchStoreCommand},
 	}
 }
 
-// bootSample is one boot's phases, in the order the table prints them.
-type bootSample struct {
-	network, vmmStart, kernel, init, ready, firstExec, total time.Duration
+// summary describes a sample.
+type summary struct {
+	n                     int
+	median, p25, p75, p95 float64
 }
 
-// unattributed is the part of ready no phase accounts for: mostly the VMM
-// loading and the guest decompressing the kernel before its clock starts.
-func (s bootSample) unattributed() time.Duration {
-	return s.ready - s.network - s.vmmStart - s.kernel - s.init
-}
-
-func benchBoot(c *cli.Context) error {
-	if err := requireRoot(c, vmsNeedRoot); err != nil {
-		return err
-	}
-	n := c.Int("n")
-	if n < 1 || n > 1000 {
-		return cli.Exit(fmt.Sprintf("ephemeral bench boot: -n must be in 1..1000, got %d", n), 2)
-	}
-	ctx := c.Context
-	loaded, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "booting %d sandboxes with %s...\n", n, mgr.Describe())
-	var samples []bootSample
-	for i := 0; i < n; i++ {
-		began := time.Now()
-		sb, err := mgr.Create(ctx, sandbox.Options{MemoryMiB: c.Int("memory")})
-		if err != nil {
-			return fmt.Errorf("boot %d: %w", i+1, err)
-		}
-		execBegan := time.Now()
-		st, err := sb.Exec(ctx, vsockproto.ExecRequest{Argv: []string{"true"}}, nil, nil, nil)
-		firstExec := time.Since(execBegan)
-		total := time.Since(began)
-		if derr := sb.Destroy(); err == nil {
-			err = derr
-		}
-		if err == nil && st.Code != 0 {
-			err = fmt.Errorf("true exited %d", st.Code)
-		}
-		if err != nil {
-			return fmt.Errorf("boot %d: %w", i+1, err)
-		}
-		t := sb.Timings()
-		samples = append(samples, bootSample{t.Network, t.VMMStart, t.Kernel, t.Init, t.Ready, firstExec, total})
-	}
-
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "phase\tp50\tp95\t\n")
-	rows := []struct {
-		name string
-		get  func(bootSample) time.Duration
-	}{
-		{"network namespace", func(s bootSample) time.Duration { return s.network }},
-		{"vmm start", func(s bootSample) time.Duration { return s.vmmStart }},
-		{"pre-kernel (load, decompress)", bootSample.unattributed},
-		{"guest kernel", func(s bootSample) time.Duration { return s.kernel }},
-		{"guest init", func(s bootSample) time.Duration { return s.init }},
-		{"create→ready", func(s bootSample) time.Duration { return s.ready }},
-		{"first exec", func(s bootSample) time.Duration { return s.firstExec }},
-		{"create→first exec done", func(s bootSample) time.Duration { return s.total }},
-	}
-	for _, r := range rows {
-		var ds []time.Duration
-		for _, s := range samples {
-			ds = append(ds, r.get(s))
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t\n", r.name, fmtMillis(percentile(ds, 50)), fmtMillis(percentile(ds, 95)))
-	}
-	return w.Flush()
-}
-
-// percentile is the nearest-rank percentile of ds.
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
+// summarize computes xs' median, quartiles and 95th percentile, each
+// interpolated linearly between the closest ranks.
+func summarize(xs []float64) summary {
+	s := slices.Clone(xs)
 	slices.Sort(s)
-	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
-	return s[max(rank, 1)-1]
+	return summary{n: len(s), median: quantile(s, 0.5), p25: quantile(s, 0.25), p75: quantile(s, 0.75), p95: quantile(s, 0.95)}
 }
 
-func fmtMillis(d time.Duration) string {
-	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+// quantile of sorted s, interpolated (the default of R and NumPy).
+func quantile(s []float64, q float64) float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(s)-1)
+	return s[lo] + (pos-float64(lo))*(s[hi]-s[lo])
+}
+
+// minP95 is the sample size from which a 95th percentile means something.
+const minP95 = 20
+
+// format writes s with f for each value: "median  p25–p75  n" and, from
+// minP95 values on, the p95.
+func (s summary) format(f func(float64) string) string {
+	out := fmt.Sprintf("%s\t%s–%s\t%d", f(s.median), f(s.p25), f(s.p75), s.n)
+	if s.n >= minP95 {
+		out += "\t" + f(s.p95)
+	} else {
+		out += "\t—"
+	}
+	return out
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fmtMillis(ms float64) string {
+	if ms < 100 {
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}
+
+func fmtRatio(r float64) string { return fmt.Sprintf("%.3f", r) }
+
+func fmtMiB(mib float64) string { return fmt.Sprintf("%.1f MiB", mib) }
+
+func fmtPercent(p float64) string { return fmt.Sprintf("%.2f%%", p) }
+
+// header is the column header of tables of summaries.
+func header(first string) string {
+	return strings.Join([]string{first, "median", "IQR (p25–p75)", "n", "p95"}, "\t") + "\t"
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -318,8 +319,8 @@ func (d *benchDaemon) measurePurge(ctx context.Context, m map[string]time.Durati
 	}
 	m["longest POST wait, janitor purging 10%"] = percentile(waits, 100)
 	fmt.Fprintf(log, "%s runs: the janitor purged %d runs in %.2f s; %d POSTs meanwhile: p50 %s, p99 %s, longest %s; %s\n",
-		count(d.n), d.n/10, time.Since(sweepBegan).Seconds(), len(waits), millis(percentile(waits, 50)),
-		millis(percentile(waits, 99)), millis(percentile(waits, 100)), fileSizes(d.dbPath))
+		count(d.n), d.n/10, time.Since(sweepBegan).Seconds(), len(waits), storeMillis(percentile(waits, 50)),
+		storeMillis(percentile(waits, 99)), storeMillis(percentile(waits, 100)), fileSizes(d.dbPath))
 
 	// The longest wait this machine gives as many requests anyway
 	// (scheduling, disk), to tell the janitor's share.
@@ -333,12 +334,20 @@ func (d *benchDaemon) measurePurge(ctx context.Context, m map[string]time.Durati
 	}
 	m["longest POST wait, as many POSTs, no janitor"] = percentile(calm, 100)
 	fmt.Fprintf(log, "%s runs: %d POSTs without the janitor: p50 %s, p99 %s, longest %s\n", count(d.n), len(calm),
-		millis(percentile(calm, 50)), millis(percentile(calm, 99)), millis(percentile(calm, 100)))
+		storeMillis(percentile(calm, 50)), storeMillis(percentile(calm, 99)), storeMillis(percentile(calm, 100)))
 	return nil
 }
 
-func millis(d time.Duration) string {
+func storeMillis(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+// percentile is the nearest-rank percentile of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
+	return s[max(rank, 1)-1]
 }
 
 // fileSizes describes the database file and its WAL.

@@ -81,10 +81,11 @@ func runOnce(c *cli.Context) error {
 	}
 	defer os.RemoveAll(dir)
 	sys, err := system.New(ctx, loaded.Config, system.Options{
-		Logger:   stderrLog,
-		Database: filepath.Join(dir, "ephemeral.db"),
-		Replay:   replay,
-		ReplayOf: c.String("replay"),
+		Logger:    stderrLog,
+		SingleRun: true,
+		Database:  filepath.Join(dir, "ephemeral.db"),
+		Replay:    replay,
+		ReplayOf:  c.String("replay"),
 	})
 	if err != nil {
 		return err

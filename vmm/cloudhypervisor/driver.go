@@ -13,6 +13,9 @@
 // The driver records the VMM's pid in <dir>/vmm.pid; after a daemon crash,
 // KillLeftover(dir) ends a VMM still serving that directory.
 //
+// It is a vmm.Snapshotter: see snapshot.go for how templates are saved with
+// vm.snapshot and clones restored with vm.restore.
+//
 // The guest's serial port goes to the VMM's stdout (serial mode Tty), which
 // is a pipe into a bounded tail buffer: nothing the guest prints reaches the
 // disk or grows host memory. The virtio console is switched off explicitly
@@ -40,6 +43,9 @@ const (
 	vsockSocketName = "vsock.sock"
 	// pidFileName records the VMM's pid for KillLeftover.
 	pidFileName = "vmm.pid"
+	// snapshotDirName holds a template's snapshot, or a clone's copy of
+	// it.
+	snapshotDirName = "snapshot"
 )
 
 // guestCID is the guest's vsock context id. Hybrid vsock never reaches the
@@ -49,6 +55,10 @@ const guestCID = 3
 // netQueuePairs is the virtio-net queue pairs, one per tap descriptor
 // passed (vmm.Config.Tap is a single-queue tap).
 const netQueuePairs = 1
+
+// netDeviceID names the VM's net device, so that a clone restored from a
+// snapshot can give it a tap of its own.
+const netDeviceID = "net0"
 
 // Timeouts of the start sequence. Each API call is also bounded by
 // chapi.DefaultCallTimeout.
@@ -139,7 +149,7 @@ func vmConfig(cfg vmm.Config, vsockPath string) chapi.VMConfig {
 
 // netConfig is the virtio-net device for cfg.Tap.
 func netConfig(cfg vmm.Config) chapi.Net {
-	n := chapi.Net{NumQueues: 2 * netQueuePairs, ID: "net0"}
+	n := chapi.Net{NumQueues: 2 * netQueuePairs, ID: netDeviceID}
 	if cfg.MAC != nil {
 		n.MAC = cfg.MAC.String()
 	}

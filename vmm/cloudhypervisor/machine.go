@@ -37,9 +37,12 @@ type machine struct {
 	apiSock   string
 	vsockSock string
 	pidFile   string
-	console   *vmproc.TailBuffer
-	vmmLog    *vmproc.TailBuffer
-	timings   vmm.Timings
+	// snapshotDir is a clone's copy of its template's snapshot; "" for
+	// other machines.
+	snapshotDir string
+	console     *vmproc.TailBuffer
+	vmmLog      *vmproc.TailBuffer
+	timings     vmm.Timings
 
 	closeOnce sync.Once
 	closeErr  error
@@ -246,6 +249,9 @@ func (m *machine) removeFiles() error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if m.snapshotDir != "" {
+		errs = append(errs, os.RemoveAll(m.snapshotDir))
 	}
 	return errors.Join(errs...)
 }

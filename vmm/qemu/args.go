@@ -21,6 +21,9 @@ const (
 	accelTCG accel = "tcg"
 )
 
+// guestChardevID names the chardev of the virtio-serial guest channel.
+const guestChardevID = "guest"
+
 // launch is everything that decides QEMU's command line. Descriptor
 // numbers are as the child sees them (exec.Cmd.ExtraFiles start at 3).
 type launch struct {
@@ -40,8 +43,19 @@ type launch struct {
 	serialFD int
 	// tapFD is the tap device when cfg.Tap is set.
 	tapFD int
+	// ramFD, when set, is a memory file backing guest RAM, mapped shared
+	// (a template's) or private (a clone's) as ramShared says.
+	ramFD     int
+	ramShared bool
+	// incomingFD, when set, is a clone's saved device state: QEMU starts
+	// waiting for migrate-incoming instead of booting the kernel.
+	incomingFD int
 	// confine picks the seccomp filter and whether QEMU switches user.
 	confine confinement
+	// baseline leaves out everything the driver adds around the machine
+	// (see Driver.Baseline): no confinement, no QMP, no pid file, not
+	// paused, and a network device without a tap.
+	baseline bool
 }
 
 // args returns QEMU's arguments (without argv[0]) for l.
@@ -50,35 +64,66 @@ func (l launch) args() ([]string, error) {
 		return nil, err
 	}
 	cfg := l.cfg
+	machine := "microvm"
+	if l.ramFD > 0 {
+		machine += ",memory-backend=ram"
+	}
 	args := []string{
 		"-name", "ephemeral-" + cfg.ID,
 		// Nothing QEMU would add by itself: no default devices, no
 		// config files, no display; a guest reboot ends the process.
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-M", "microvm",
-		// Paused until the driver sends cont over QMP: QEMU serves QMP
-		// only after it has switched user (-runas), so no guest
-		// instruction ever runs with QEMU still root.
-		"-S",
-		"-sandbox", l.confine.sandboxOption(),
+		"-M", machine,
 	}
-	if l.confine.runAs != "" {
+	if !l.baseline {
 		args = append(args,
-			"-runas", l.confine.runAs,
-			// The VM's private directory: nothing in it QEMU does not
-			// already hold open, and as the unprivileged user it cannot
-			// even list it. QEMU opens no path after switching; its pid
-			// file is written before.
-			"-chroot", cfg.Dir,
+			// Paused until the driver sends cont over QMP: QEMU serves
+			// QMP only after it has switched user (-runas), so no guest
+			// instruction ever runs with QEMU still root.
+			"-S",
+			"-sandbox", l.confine.sandboxOption(),
 		)
+		if l.confine.runAs != "" {
+			args = append(args,
+				"-runas", l.confine.runAs,
+				// The VM's private directory: nothing in it QEMU does
+				// not already hold open, and as the unprivileged user it
+				// cannot even list it. QEMU opens no path after
+				// switching; its pid file is written before.
+				"-chroot", cfg.Dir,
+			)
+		}
 	}
 	switch l.accel {
 	case accelKVM:
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	case accelTCG:
-		// -cpu max is pathologically slow under TCG; qemu64 boots the
-		// cloud kernel in about 2.5 s.
-		args = append(args, "-accel", "tcg", "-cpu", "qemu64")
+		args = append(args,
+			// The translation cache keeps QEMU's default size: a boot
+			// leaves about 48 MiB of it resident, and a cap of 32 MiB
+			// (tb-size=32) saves 16 MiB of an idle booted VM but makes
+			// it flush under work (python3 -c 1 took 1.5-3 times as
+			// long after a boot, measured interleaved). A clone
+			// translates only what it runs after its restore.
+			"-accel", "tcg",
+			// -cpu max is pathologically slow under TCG; qemu64 boots
+			// the cloud kernel in about 2 s. Without ARAT its local
+			// APIC timer counts as stopping in deep idle, and with no
+			// broadcast timer to stand in (microvm has no HPET) the
+			// guest kernel keeps its periodic 250 Hz tick even when
+			// idle: 2-3% of a host core per idle VM, 0.3-0.4% with it.
+			"-cpu", "qemu64,+arat")
+	}
+	if l.ramFD > 0 {
+		// QEMU opens the file by its /proc path before it confines
+		// itself. A template's memfd is the daemon's own; a clone's is
+		// sealed against writes, so the private mapping QEMU makes of it
+		// is all a clone can change.
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/proc/self/fd/%d,share=%s",
+			cfg.MemoryMiB, l.ramFD, onOff(l.ramShared)))
+	}
+	if l.incomingFD > 0 {
+		args = append(args, "-incoming", "defer")
 	}
 	args = append(args,
 		"-m", strconv.Itoa(cfg.MemoryMiB),
@@ -86,11 +131,17 @@ func (l launch) args() ([]string, error) {
 		"-kernel", cfg.Kernel,
 		"-initrd", cfg.Initrd,
 		"-append", kernelCmdline(l.accel, l.tscKHz, cfg.Cmdline),
-		"-pidfile", l.pidFile,
 		// The console goes to stdout, captured by the driver.
 		"-serial", "stdio",
-		"-chardev", "socket,id=qmp,fd="+strconv.Itoa(l.qmpFD)+",server=on,wait=off",
-		"-mon", "chardev=qmp,mode=control",
+	)
+	if !l.baseline {
+		args = append(args,
+			"-pidfile", l.pidFile,
+			"-chardev", "socket,id=qmp,fd="+strconv.Itoa(l.qmpFD)+",server=on,wait=off",
+			"-mon", "chardev=qmp,mode=control",
+		)
+	}
+	args = append(args,
 		"-drive", "id=root,if=none,format=raw,readonly=on,file="+optValue(cfg.RootDisk),
 		"-device", "virtio-blk-device,drive=root",
 		// Without an entropy source the guest's getrandom blocks for
@@ -102,14 +153,21 @@ func (l launch) args() ([]string, error) {
 	} else {
 		args = append(args,
 			"-device", "virtio-serial-device",
-			"-chardev", "socket,id=guest,fd="+strconv.Itoa(l.serialFD)+",server=on,wait=off",
-			"-device", "virtserialport,chardev=guest,name="+vsockproto.SerialPortName,
+			"-chardev", "socket,id="+guestChardevID+",fd="+strconv.Itoa(l.serialFD)+",server=on,wait=off",
+			"-device", "virtserialport,chardev="+guestChardevID+",name="+vsockproto.SerialPortName,
 		)
 	}
-	if cfg.Tap != nil {
+	switch {
+	case cfg.Tap != nil:
 		args = append(args,
 			"-netdev", "tap,id=net0,fd="+strconv.Itoa(l.tapFD),
 			"-device", "virtio-net-device,netdev=net0,mac="+cfg.MAC.String(),
+		)
+	case l.baseline:
+		// The sandbox's network device, on a hub nothing else joins.
+		args = append(args,
+			"-netdev", "hubport,id=net0,hubid=0",
+			"-device", "virtio-net-device,netdev=net0",
 		)
 	}
 	return args, nil
@@ -124,7 +182,7 @@ func (l launch) check() error {
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if !filepath.IsAbs(l.pidFile) {
+	if !l.baseline && !filepath.IsAbs(l.pidFile) {
 		errs = append(errs, fmt.Errorf("pid file path %q is not absolute", l.pidFile))
 	}
 	if l.accel != accelKVM && l.accel != accelTCG {
@@ -133,14 +191,23 @@ func (l launch) check() error {
 	if l.tscKHz <= 0 {
 		errs = append(errs, fmt.Errorf("tsc frequency %d kHz: want a positive rate", l.tscKHz))
 	}
-	if l.qmpFD < 3 {
+	if !l.baseline && l.qmpFD < 3 {
 		errs = append(errs, fmt.Errorf("qmp descriptor %d: want an inherited one (>= 3)", l.qmpFD))
+	}
+	if l.baseline && (cfg.Tap != nil || l.ramFD > 0 || l.vhostFD > 0) {
+		errs = append(errs, errors.New("a baseline has no tap, RAM file or vhost-vsock"))
 	}
 	if (l.vhostFD >= 3) == (l.serialFD >= 3) {
 		errs = append(errs, errors.New("want exactly one guest channel: vhost-vsock or virtio-serial"))
 	}
 	if l.vhostFD >= 3 && l.vsockCID < 3 {
 		errs = append(errs, fmt.Errorf("guest cid %d: want at least 3", l.vsockCID))
+	}
+	if l.incomingFD > 0 && (l.incomingFD < 3 || l.ramFD < 3 || l.ramShared) {
+		errs = append(errs, fmt.Errorf("incoming state %d: want an inherited one with a private RAM file (RAM %d)", l.incomingFD, l.ramFD))
+	}
+	if l.ramFD > 0 && l.serialFD < 3 {
+		errs = append(errs, errors.New("a RAM file (template or clone) wants the virtio-serial channel"))
 	}
 	if cfg.Tap != nil && l.tapFD < 3 {
 		errs = append(errs, fmt.Errorf("tap descriptor %d: want an inherited one (>= 3)", l.tapFD))
@@ -174,6 +241,13 @@ func kernelCmdline(a accel, tscKHz int, extra string) string {
 		params = append(params, extra)
 	}
 	return strings.Join(params, " ")
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // optValue escapes s for the value part of a QEMU option list, where a

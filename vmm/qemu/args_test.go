@@ -63,8 +63,9 @@ func TestArgsTCG(t *testing.T) {
 	}
 	want := map[string][]string{
 		"-M":       {"microvm"},
+		"-object":  nil,
 		"-accel":   {"tcg"},
-		"-cpu":     {"qemu64"},
+		"-cpu":     {"qemu64,+arat"},
 		"-m":       {"512"},
 		"-smp":     {"2"},
 		"-kernel":  {"/images/vmlinuz"},
@@ -83,7 +84,8 @@ func TestArgsTCG(t *testing.T) {
 			"socket,id=qmp,fd=3,server=on,wait=off",
 			"socket,id=guest,fd=4,server=on,wait=off",
 		},
-		"-netdev": nil,
+		"-netdev":   nil,
+		"-incoming": nil,
 	}
 	for flag, wantValues := range want {
 		if got := values(args, flag); !slices.Equal(got, wantValues) {
@@ -157,6 +159,64 @@ func TestArgsTap(t *testing.T) {
 
 // A comma in a path must not end QEMU's option value and smuggle in
 // another option.
+// A template's RAM is the driver's memory file, mapped shared; a clone maps
+// it private and waits for its saved state.
+func TestArgsTemplateAndClone(t *testing.T) {
+	tmpl := serialLaunch()
+	tmpl.ramFD, tmpl.ramShared = 5, true
+	args := mustArgs(t, tmpl)
+	if got := values(args, "-M"); !slices.Equal(got, []string{"microvm,memory-backend=ram"}) {
+		t.Errorf("template -M = %q", got)
+	}
+	if got := values(args, "-object"); !slices.Equal(got, []string{"memory-backend-file,id=ram,size=512M,mem-path=/proc/self/fd/5,share=on"}) {
+		t.Errorf("template -object = %q", got)
+	}
+	if slices.Contains(args, "-incoming") {
+		t.Errorf("template waits for an incoming migration: %q", args)
+	}
+
+	clone := serialLaunch()
+	clone.ramFD, clone.incomingFD = 5, 6
+	args = mustArgs(t, clone)
+	if got := values(args, "-object"); !slices.Equal(got, []string{"memory-backend-file,id=ram,size=512M,mem-path=/proc/self/fd/5,share=off"}) {
+		t.Errorf("clone -object = %q", got)
+	}
+	if got := values(args, "-incoming"); !slices.Equal(got, []string{"defer"}) {
+		t.Errorf("clone -incoming = %q, want defer", got)
+	}
+	// Everything else is the template's: a clone's devices must match.
+	if !slices.Contains(args, "-S") || !slices.Equal(values(args, "-device"), values(mustArgs(t, tmpl), "-device")) {
+		t.Errorf("clone devices differ from the template's: %q", args)
+	}
+}
+
+// A baseline is the sandbox's machine and nothing of the driver's around
+// it; it boots at once.
+func TestArgsBaseline(t *testing.T) {
+	l := serialLaunch()
+	l.baseline, l.qmpFD, l.pidFile = true, 0, ""
+	l.confine = confinement{runAs: VMMUser}
+	args := mustArgs(t, l)
+	for _, flag := range []string{"-S", "-sandbox", "-runas", "-chroot", "-pidfile", "-mon"} {
+		if slices.Contains(args, flag) {
+			t.Errorf("baseline has %s: %q", flag, args)
+		}
+	}
+	if got := values(args, "-netdev"); !slices.Equal(got, []string{"hubport,id=net0,hubid=0"}) {
+		t.Errorf("baseline -netdev = %q, want a hub port", got)
+	}
+	sandbox := mustArgs(t, serialLaunch())
+	for _, flag := range []string{"-M", "-accel", "-cpu", "-object", "-append", "-drive"} {
+		if !slices.Equal(values(args, flag), values(sandbox, flag)) {
+			t.Errorf("baseline %s = %q, the sandbox's is %q", flag, values(args, flag), values(sandbox, flag))
+		}
+	}
+	wantDevices := append(values(sandbox, "-device"), "virtio-net-device,netdev=net0")
+	if got := values(args, "-device"); !slices.Equal(got, wantDevices) {
+		t.Errorf("baseline devices = %q, want the sandbox's and a NIC: %q", got, wantDevices)
+	}
+}
+
 func TestArgsEscapeCommas(t *testing.T) {
 	l := serialLaunch()
 	l.cfg.RootDisk = "/images/a,readonly=off,file=/etc/shadow"
@@ -187,6 +247,9 @@ func TestArgsRejectBadConfig(t *testing.T) {
 		{"tap without mac", func(l *launch) { l.cfg.Tap, l.tapFD = os.Stdin, 5 }, "mac"},
 		{"tap not passed", func(l *launch) { l.cfg.Tap, l.cfg.MAC = os.Stdin, net.HardwareAddr{2, 0, 0, 0, 0, 1} }, "tap descriptor"},
 		{"relative pid file", func(l *launch) { l.pidFile = "pid" }, "pid file"},
+		{"incoming without RAM file", func(l *launch) { l.incomingFD = 6 }, "incoming state"},
+		{"incoming into shared RAM", func(l *launch) { l.incomingFD, l.ramFD, l.ramShared = 6, 5, true }, "incoming state"},
+		{"RAM file over vhost-vsock", func(l *launch) { l.serialFD, l.vhostFD, l.vsockCID, l.ramFD = 0, 4, 9, 5 }, "virtio-serial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,9 @@
 //
 // QEMU runs under its seccomp filter and, where the VMMUser account exists,
 // as that user in a chroot: see confinement and Driver.Confinement.
+//
+// The driver is a vmm.Snapshotter: snapshot.go saves templates into sealed
+// memfds and restores clones from them, under the same confinement.
 package qemu
 
 import (
@@ -105,22 +108,74 @@ const (
 // Start implements vmm.Driver. ctx bounds the start only; once Start has
 // returned, the machine runs until Close or until the guest powers off.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("qemu: start: %w", err)
+	m, client, err := d.launch(ctx, cfg, boot{})
+	if err != nil {
+		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("qemu: start: %w", err)
+	defer client.Close()
+	if err := m.run(ctx, client); err != nil {
+		m.Close()
+		return nil, err
 	}
+	return m, nil
+}
+
+// Baseline returns QEMU as anyone would start cfg's machine by hand: the
+// command line Start runs, less what the driver adds around the machine
+// (no confinement, no QMP or pid file, not paused) and with the network
+// device on a hub nothing joins instead of a tap (cfg.Tap must be nil).
+// Its guest channel is the virtio-serial port on the listening Unix socket
+// serial, which the command inherits. Benchmarks run it to tell the
+// driver's cost from QEMU's own.
+func (d *Driver) Baseline(cfg vmm.Config, serial *os.File) (*exec.Cmd, error) {
 	facts, err := d.host()
 	if err != nil {
 		return nil, err
 	}
-	confine, err := d.confine()
+	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, serialFD: 3, baseline: true}
+	args, err := l.args()
 	if err != nil {
 		return nil, err
 	}
+	cmd := exec.Command(d.binary, args...)
+	cmd.ExtraFiles = []*os.File{serial}
+	return cmd, nil
+}
+
+// boot says how a launch gets its guest going: by booting the kernel into
+// QEMU's own RAM (the zero value), or with RAM in a memory file the driver
+// holds, for a template or a clone restored from one.
+type boot struct {
+	// ram backs guest RAM: a memfd. A template maps it shared, so that
+	// the guest's memory lands in it; a clone maps it private, reading the
+	// template's pages and copying those it writes.
+	ram       *os.File
+	ramShared bool
+	// incoming is the template's device state for a clone to load; the
+	// guest then starts from it instead of from the kernel.
+	incoming *os.File
+}
+
+// launch starts QEMU for cfg and returns it paused (-S) and confined, with
+// a QMP session the caller closes. If ctx ends or launch fails, nothing is
+// left running.
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, b boot) (*machine, *qmp.Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("qemu: start: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("qemu: start: %w", err)
+	}
+	facts, err := d.host()
+	if err != nil {
+		return nil, nil, err
+	}
+	confine, err := d.confine()
+	if err != nil {
+		return nil, nil, err
+	}
 	if _, err := exec.LookPath(d.binary); err != nil {
-		return nil, fmt.Errorf("qemu: %s not found: apt-get install qemu-system-x86", d.binary)
+		return nil, nil, fmt.Errorf("qemu: %s not found: apt-get install qemu-system-x86", d.binary)
 	}
 	m := &machine{
 		dir:     cfg.Dir,
@@ -131,20 +186,20 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	// Leftovers of an earlier VM in the same directory would make bind
 	// fail or point KillLeftover at a dead pid.
 	if err := m.removeFiles(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	undo.AddErr(m.removeFiles)
 
 	var files childFiles
 	defer files.closeOwned()
-	l, err := m.plan(cfg, facts, &files)
+	l, err := m.plan(cfg, facts, b, &files)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.confine = confine
 	args, err := l.args()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.Command(d.binary, args...)
 	cmd.ExtraFiles = files.all
@@ -158,7 +213,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	// next start.
 	m.proc, err = vmproc.Start(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
+		return nil, nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}
 	m.timings.Launched = m.proc.Launched()
 	undo.AddErr(m.Close)
@@ -166,27 +221,46 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	// after QEMU died and hang the QMP handshake below.
 	files.closeOwned()
 
-	if err := m.waitRunning(ctx, confine); err != nil {
-		return nil, err
+	// QMP I/O fails when QEMU dies (its end of the socket closes), so no
+	// separate watch on the process is needed while talking to it.
+	client, err := qmp.Dial(ctx, filepath.Join(m.dir, qmpSocketName))
+	if err != nil {
+		return nil, nil, m.startError(ctx, err)
 	}
-	m.timings.Running = time.Now()
+	undo.AddErr(client.Close)
+	if err := m.waitConfined(ctx, confine); err != nil {
+		return nil, nil, err
+	}
 	undo.Release()
-	return m, nil
+	return m, client, nil
 }
 
-// plan creates the sockets QEMU will serve and picks the guest channel:
-// vhost-vsock when the host has it, virtio-serial otherwise.
-func (m *machine) plan(cfg vmm.Config, facts hostFacts, files *childFiles) (launch, error) {
+// plan creates the sockets QEMU will serve, picks the guest channel
+// (vhost-vsock when the host has it, virtio-serial otherwise) and hands
+// QEMU b's files.
+func (m *machine) plan(cfg vmm.Config, facts hostFacts, b boot, files *childFiles) (launch, error) {
 	l := launch{cfg: cfg, accel: facts.accel, tscKHz: facts.tscKHz, pidFile: filepath.Join(cfg.Dir, pidFileName)}
 	qmpListener, err := listenUnix(filepath.Join(cfg.Dir, qmpSocketName))
 	if err != nil {
 		return launch{}, err
 	}
 	l.qmpFD = files.pass(qmpListener)
-	if vhost, cid, err := reserveVsockCID(); err == nil {
-		l.vhostFD, l.vsockCID = files.pass(vhost), cid
-		m.vsockCID = cid
-	} else {
+	if b.ram != nil {
+		l.ramFD, l.ramShared = files.lend(b.ram), b.ramShared
+	}
+	if b.incoming != nil {
+		l.incomingFD = files.lend(b.incoming)
+		m.incomingFD = l.incomingFD
+	}
+	// Templates and clones use virtio-serial: a vhost-vsock device holds
+	// its guest CID in the saved state, which clones must not share.
+	if b.ram == nil {
+		if vhost, cid, err := reserveVsockCID(); err == nil {
+			l.vhostFD, l.vsockCID = files.pass(vhost), cid
+			m.vsockCID = cid
+		}
+	}
+	if l.vhostFD == 0 {
 		serial, err := listenUnix(filepath.Join(cfg.Dir, guestSocketName))
 		if err != nil {
 			return launch{}, err
@@ -228,20 +302,9 @@ func (c *childFiles) closeOwned() {
 	c.owned = nil
 }
 
-// waitRunning connects to QMP, lets the paused guest run once QEMU is
-// confined and returns once QEMU reports the VM running, or fails with
-// what QEMU printed when it exits first.
-func (m *machine) waitRunning(ctx context.Context, confine confinement) error {
-	// QMP I/O fails when QEMU dies (its end of the socket closes), so no
-	// separate watch on the process is needed while talking to it.
-	client, err := qmp.Dial(ctx, filepath.Join(m.dir, qmpSocketName))
-	if err != nil {
-		return m.startError(ctx, err)
-	}
-	defer client.Close()
-	if err := m.waitConfined(ctx, confine); err != nil {
-		return err
-	}
+// run lets the paused, confined guest run and returns once QEMU reports
+// the VM running, or fails with what QEMU printed when it exits first.
+func (m *machine) run(ctx context.Context, client *qmp.Client) error {
 	if err := client.Cont(ctx); err != nil {
 		return m.startError(ctx, fmt.Errorf("qmp: cont: %w", err))
 	}
@@ -252,6 +315,7 @@ func (m *machine) waitRunning(ctx context.Context, confine confinement) error {
 			return m.startError(ctx, err)
 		}
 		if status.Running {
+			m.timings.Running = time.Now()
 			return nil
 		}
 		select {

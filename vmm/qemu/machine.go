@@ -21,8 +21,11 @@ type machine struct {
 	dir      string
 	proc     *vmproc.Process
 	vsockCID uint32 // 0: the guest channel is virtio-serial
-	console  *vmproc.TailBuffer
-	timings  vmm.Timings
+	// incomingFD is the descriptor number of a clone's saved state in
+	// QEMU, for migrate-incoming; 0 for other machines.
+	incomingFD int
+	console    *vmproc.TailBuffer
+	timings    vmm.Timings
 
 	closeOnce sync.Once
 	closeErr  error

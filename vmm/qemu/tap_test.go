@@ -84,15 +84,7 @@ func TestBootWithTap(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	defer m.Close()
-	conn, err := m.DialGuest(ctx)
-	if err != nil {
-		t.Fatalf("DialGuest: %v", err)
-	}
-	client := vsockproto.NewClient(conn)
-	defer client.Close()
-	if _, err := client.Hello(ctx); err != nil {
-		t.Fatalf("Hello: %v\nconsole:\n%s", err, m.Console())
-	}
+	client, _ := connectAndProvision(t, ctx, m)
 	var stdout, stderr bytes.Buffer
 	status, err := client.Exec(ctx, vsockproto.ExecRequest{
 		Shell: "for i in /sys/class/net/*; do [ \"${i##*/}\" = lo ] || cat \"$i/address\"; done",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/guest/initd"
 	"github.com/ephemeralhq/ephemeral/guest/netconf"
+	"github.com/ephemeralhq/ephemeral/guest/provision"
 	"github.com/ephemeralhq/ephemeral/guest/service"
 	"github.com/ephemeralhq/ephemeral/guest/worker"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
@@ -30,7 +31,7 @@ const rootDisk = "/dev/vda"
 // deviceTimeout bounds the wait for the root disk to appear.
 const deviceTimeout = 10 * time.Second
 
-// hostname is what commands see from `hostname`.
+// hostname is the guest's name until the host's Provision gives it its own.
 const hostname = "ephemeral"
 
 var started = time.Now()
@@ -51,8 +52,13 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	logf("ready in %v (kernel uptime %v), serving over %s, scratch %s", hello.InitDuration.Round(time.Millisecond),
-		hello.KernelUptime.Round(time.Millisecond), hello.Transport, hello.ScratchDir)
+	logf("ready in %v (kernel uptime %v), serving over %s", hello.InitDuration.Round(time.Millisecond),
+		hello.KernelUptime.Round(time.Millisecond), hello.Transport)
+	// A snapshot taken from here on, before the host's first connection,
+	// restores into a guest that greets its own host (see
+	// vsockproto.WaitingForHost). Everything that must differ between such
+	// clones comes with the host's Provision.
+	fmt.Fprintln(os.Stdout, vsockproto.WaitingForHost)
 	// The host holds the VM through this one connection. When it ends —
 	// the host destroyed the sandbox, or the daemon died — nothing is left
 	// to serve, so the VM powers off. That also stops the VMM of a crashed
@@ -108,16 +114,19 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := netconf.LoopbackUp(); err != nil {
 		return nil, hello, err
 	}
-	acct, err := worker.LookupAccount("/", worker.DefaultUser)
-	if err != nil {
+	if _, err := worker.LookupAccount("/", worker.DefaultUser); err != nil {
 		return nil, hello, err
 	}
-	scratch, err := initd.CreateScratch("/tmp", int(acct.UID), int(acct.GID))
-	if err != nil {
+	if err := initd.PreloadFiles("/", initd.Preloaded); err != nil {
 		return nil, hello, err
 	}
-	runner := &worker.Runner{Reaper: worker.NewReaper(), Root: "/", ScratchDir: scratch}
-	svc := &service.Service{Runner: runner, PowerOff: initd.PowerOff, Logf: logf}
+	svc := &service.Service{
+		Runner:      &worker.Runner{Reaper: worker.NewReaper(), Root: "/"},
+		Identity:    func(p vsockproto.Provision) error { return provision.Apply("/", p) },
+		ScratchBase: "/tmp",
+		PowerOff:    initd.PowerOff,
+		Logf:        logf,
+	}
 
 	uptime, err := kernelUptime()
 	if err != nil {
@@ -131,7 +140,6 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 		ProtocolVersion: vsockproto.ProtocolVersion,
 		KernelUptime:    uptime,
 		InitDuration:    time.Since(started),
-		ScratchDir:      scratch,
 		Transport:       "serial",
 		KernelRelease:   unix.ByteSliceToString(uts.Release[:]),
 	}

@@ -112,8 +112,17 @@ func (c *Client) Snapshot(ctx context.Context, destinationURL string) error {
 }
 
 // Restore creates the VM from a snapshot, in a VMM that has none yet.
-func (c *Client) Restore(ctx context.Context, cfg RestoreConfig) error {
-	_, err := c.call(ctx, http.MethodPut, "vm.restore", cfg, nil, nil)
+// taps are the net devices' new tap queues, in the order cfg.NetFDs
+// counts them; they travel as SCM_RIGHTS, the caller keeps its files.
+func (c *Client) Restore(ctx context.Context, cfg RestoreConfig, taps ...*os.File) error {
+	want := 0
+	for _, n := range cfg.NetFDs {
+		want += n.NumFDs
+	}
+	if want != len(taps) {
+		return fmt.Errorf("vm.restore: net_fds count %d descriptors, %d given", want, len(taps))
+	}
+	_, err := c.call(ctx, http.MethodPut, "vm.restore", cfg, taps, nil)
 	return err
 }
 

@@ -102,8 +102,19 @@ type RestoreConfig struct {
 	// SourceURL is the snapshot directory as a URL, "file:///path".
 	SourceURL string `json:"source_url"`
 	Prefault  bool   `json:"prefault,omitempty"`
+	// NetFDs lists the saved VM's net devices that get new taps, passed
+	// with the request (see Client.Restore). The published API
+	// description lacks the field; v53 has it (see chspec's errata).
+	NetFDs []RestoredNet `json:"net_fds,omitempty"`
 	// Resume starts the restored VM instead of leaving it paused.
 	Resume bool `json:"resume,omitempty"`
+}
+
+// RestoredNet gives the saved net device ID the next NumFDs descriptors
+// passed with vm.restore.
+type RestoredNet struct {
+	ID     string `json:"id"`
+	NumFDs int    `json:"num_fds"`
 }
 
 // PingResponse is the answer to vmm.ping.

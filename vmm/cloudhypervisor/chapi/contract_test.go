@@ -153,6 +153,11 @@ func TestClientRequestsMatchAPIDescription(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tap.Close()
+	restoreTap, err := os.Create(filepath.Join(t.TempDir(), "restore-tap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restoreTap.Close()
 
 	calls := []struct {
 		name, method, path string
@@ -203,6 +208,13 @@ func TestClientRequestsMatchAPIDescription(t *testing.T) {
 		{name: "restore", method: "PUT", path: "vm.restore", call: func() error {
 			return client.Restore(ctx, RestoreConfig{SourceURL: "file:///var/lib/snap", Resume: true})
 		}},
+		{name: "restore with a new tap", method: "PUT", path: "vm.restore", files: 1, call: func() error {
+			return client.Restore(ctx, RestoreConfig{SourceURL: "file:///var/lib/snap", NetFDs: []RestoredNet{{ID: "net0", NumFDs: 1}}}, restoreTap)
+		}, check: func(t *testing.T, rec recorded) {
+			if rec.body != `{"source_url":"file:///var/lib/snap","net_fds":[{"id":"net0","num_fds":1}]}` {
+				t.Errorf("vm.restore body = %s", rec.body)
+			}
+		}},
 		{name: "shutdown-vmm", method: "PUT", path: "vmm.shutdown", call: func() error { return client.ShutdownVMM(ctx) }},
 	}
 	for _, c := range calls {
@@ -232,6 +244,12 @@ func TestClientRequestsMatchAPIDescription(t *testing.T) {
 	}
 	if string(written) != "written by the VMM\n" {
 		t.Errorf("tap file holds %q: the descriptor passed to add-net did not reach the VMM", written)
+	}
+	if written, err := os.ReadFile(restoreTap.Name()); err != nil || string(written) != "written by the VMM\n" {
+		t.Errorf("restore tap file holds %q (%v): the descriptor passed to vm.restore did not reach the VMM", written, err)
+	}
+	if err := client.Restore(ctx, RestoreConfig{SourceURL: "file:///s", NetFDs: []RestoredNet{{ID: "net0", NumFDs: 2}}}, restoreTap); err == nil {
+		t.Error("Restore with fewer taps than net_fds counts was sent")
 	}
 }
 

@@ -8,6 +8,7 @@ package chspec
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +45,9 @@ func Load(ctx context.Context, path string) (*Contract, error) {
 	if err := doc.Validate(ctx); err != nil {
 		return nil, fmt.Errorf("chspec: validate %s: %w", path, err)
 	}
+	if err := applyErrata(doc); err != nil {
+		return nil, fmt.Errorf("chspec: %s: %w", path, err)
+	}
 	for _, ref := range doc.Components.Schemas {
 		closeObjectSchema(ref.Value)
 	}
@@ -52,6 +56,32 @@ func Load(ctx context.Context, path string) (*Contract, error) {
 		return nil, fmt.Errorf("chspec: build router: %w", err)
 	}
 	return &Contract{router: router}, nil
+}
+
+// applyErrata adds to doc what the released VMM accepts but its published
+// description leaves out, each from the release's source:
+//
+//   - RestoreConfig.net_fds (vmm/src/config.rs of v53.0: RestoreConfig,
+//     RestoredNetConfig {id, num_fds, fds}): the net devices of a restored
+//     VM whose taps come with the request as SCM_RIGHTS descriptors, num_fds
+//     of them each, in order (vmm/src/api/http/http_endpoint.rs attaches
+//     them). fds in the body are ignored by the VMM.
+func applyErrata(doc *openapi3.T) error {
+	restore := doc.Components.Schemas["RestoreConfig"]
+	if restore == nil || restore.Value == nil {
+		return errors.New("no RestoreConfig schema to amend")
+	}
+	if _, ok := restore.Value.Properties["net_fds"]; ok {
+		return nil // a later description has it
+	}
+	restoredNet := openapi3.NewObjectSchema().
+		WithProperty("id", openapi3.NewStringSchema()).
+		WithProperty("num_fds", openapi3.NewIntegerSchema().WithMin(0)).
+		WithProperty("fds", openapi3.NewArraySchema().WithItems(openapi3.NewInt32Schema()))
+	restoredNet.Required = []string{"id"}
+	closeObjectSchema(restoredNet) // it is no component: Load would not close it
+	restore.Value.WithProperty("net_fds", openapi3.NewArraySchema().WithItems(restoredNet))
+	return nil
 }
 
 func closeObjectSchema(s *openapi3.Schema) {

@@ -37,6 +37,10 @@ func TestValidateRequest(t *testing.T) {
 		{"wrong method", "GET", "/api/v1/vm.create", "", "no such operation"},
 		{"unknown endpoint", "PUT", "/api/v1/vm.explode", "", "no such operation"},
 		{"missing prefix", "GET", "/vmm.ping", "", "no such operation"},
+		// net_fds is an erratum: v53 accepts it, its description omits it.
+		{"restore with net fds", "PUT", "/api/v1/vm.restore", `{"source_url":"file:///s","net_fds":[{"id":"net0","num_fds":1}]}`, ""},
+		{"restore with misspelt net fds", "PUT", "/api/v1/vm.restore", `{"source_url":"file:///s","net_fds":[{"id":"net0","numfds":1}]}`, "numfds"},
+		{"restore net fds without id", "PUT", "/api/v1/vm.restore", `{"source_url":"file:///s","net_fds":[{"num_fds":1}]}`, "id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

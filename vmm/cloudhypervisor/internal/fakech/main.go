@@ -2,10 +2,12 @@
 // tests, on machines where the real VMM cannot run. It serves the REST API
 // on --api-socket, judges every request by Cloud Hypervisor's published API
 // description (and every successful answer too), keeps the VM's lifecycle
-// state, accepts tap descriptors passed as SCM_RIGHTS, prints a boot banner
-// on its stdout (the serial port in Tty mode) and, once booted, answers the
-// hybrid vsock CONNECT handshake on the VM's vsock socket and echoes bytes
-// back as the guest.
+// state, accepts tap descriptors passed as SCM_RIGHTS (vm.add-net, and
+// vm.restore's net_fds), prints a boot banner and the guest init's "waiting
+// for the host" line on its stdout (the serial port in Tty mode), writes and
+// reads snapshot directories laid out like the real VMM's, and, once booted
+// or resumed, answers the hybrid vsock CONNECT handshake on the VM's vsock
+// socket and echoes bytes back as the guest.
 //
 // Tests steer it with environment variables:
 //

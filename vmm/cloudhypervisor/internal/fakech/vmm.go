@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -90,8 +91,8 @@ func (v *vmm) handle(ctx context.Context, req *fdhttp.Request) fdhttp.Response {
 
 func (v *vmm) dispatch(op string, req *fdhttp.Request) fdhttp.Response {
 	noContent := fdhttp.Response{Status: http.StatusNoContent}
-	if op != "vm.add-net" {
-		closeAll(req.Files) // only add-net takes descriptors
+	if op != "vm.add-net" && op != "vm.restore" {
+		closeAll(req.Files) // only add-net and restore take descriptors
 	}
 	switch op {
 	case "vmm.ping":
@@ -99,13 +100,11 @@ func (v *vmm) dispatch(op string, req *fdhttp.Request) fdhttp.Response {
 	case "vmm.shutdown":
 		v.stopGuest()
 		return fdhttp.Response{Status: http.StatusNoContent, After: v.exit}
-	case "vm.create", "vm.restore":
+	case "vm.restore":
+		return v.restore(req)
+	case "vm.create":
 		if v.state != stateNone {
 			return errorChain(http.StatusInternalServerError, "Error creating VM", "VM is already created")
-		}
-		if op == "vm.restore" {
-			v.config, v.state = map[string]any{"payload": map[string]any{}}, statePaused
-			return noContent
 		}
 		if err := json.Unmarshal(req.Body, &v.config); err != nil {
 			return errorChain(http.StatusBadRequest, "Error parsing VM configuration", err.Error())
@@ -124,9 +123,15 @@ func (v *vmm) dispatch(op string, req *fdhttp.Request) fdhttp.Response {
 	case "vm.pause":
 		return v.transition(stateRunning, statePaused)
 	case "vm.resume":
+		if v.state == statePaused && v.guest == nil {
+			// A restored VM's guest starts running here.
+			if resp := v.startGuest(); resp.Status != 0 {
+				return resp
+			}
+		}
 		return v.transition(statePaused, stateRunning)
 	case "vm.snapshot":
-		return v.transition(statePaused, statePaused)
+		return v.snapshot(req)
 	case "vm.shutdown":
 		if v.state != stateRunning && v.state != statePaused {
 			return errorChain(http.StatusMethodNotAllowed, "Error shutting down VM", "VM is not running")
@@ -201,17 +206,112 @@ func (v *vmm) boot() fdhttp.Response {
 	if _, err := os.Stat(kernel); err != nil {
 		return errorChain(http.StatusInternalServerError, "Error booting VM", "Cannot load the kernel", err.Error())
 	}
+	if resp := v.startGuest(); resp.Status != 0 {
+		return resp
+	}
+	cmdline, _ := payload["cmdline"].(string)
+	fmt.Printf("[    0.000000] Linux version 6.1.0-fakech\n[    0.000000] Command line: %s\n", cmdline)
+	// What the real guest init prints once it waits for its host.
+	fmt.Println(waitingForHost)
+	v.state = stateRunning
+	return fdhttp.Response{Status: http.StatusNoContent}
+}
+
+// waitingForHost is vsockproto.WaitingForHost, which a template waits for.
+const waitingForHost = "ephemeral-init: waiting for the host"
+
+// startGuest listens on the configured vsock socket as the guest; the zero
+// Response means it did.
+func (v *vmm) startGuest() fdhttp.Response {
 	vsock, _ := v.config["vsock"].(map[string]any)
 	if sock, _ := vsock["socket"].(string); sock != "" {
 		g, err := startGuest(sock, v.refuseConnects)
 		if err != nil {
-			return errorChain(http.StatusInternalServerError, "Error booting VM", err.Error())
+			return errorChain(http.StatusInternalServerError, "Error starting the guest", err.Error())
 		}
 		v.guest = g
 	}
-	cmdline, _ := payload["cmdline"].(string)
-	fmt.Printf("[    0.000000] Linux version 6.1.0-fakech\n[    0.000000] Command line: %s\n", cmdline)
-	v.state = stateRunning
+	return fdhttp.Response{}
+}
+
+// snapshot writes the paused VM into the destination directory the way the
+// real VMM lays it out: its configuration, and stand-ins for the device
+// state and memory.
+func (v *vmm) snapshot(req *fdhttp.Request) fdhttp.Response {
+	if v.state != statePaused {
+		return errorChain(http.StatusInternalServerError, "Error snapshotting VM", "VM is "+v.state+", not Paused")
+	}
+	var body struct {
+		DestinationURL string `json:"destination_url"`
+	}
+	json.Unmarshal(req.Body, &body)
+	dir, ok := strings.CutPrefix(body.DestinationURL, "file://")
+	if !ok {
+		return errorChain(http.StatusInternalServerError, "Error snapshotting VM", "unsupported destination "+body.DestinationURL)
+	}
+	config, _ := json.Marshal(v.config)
+	for name, data := range map[string][]byte{"config.json": config, "state.json": []byte("{}"), "memory-ranges": []byte("fakech memory")} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return errorChain(http.StatusInternalServerError, "Error snapshotting VM", err.Error())
+		}
+	}
+	return fdhttp.Response{Status: http.StatusNoContent}
+}
+
+// restore creates the VM from a snapshot directory, paused, giving each
+// net device named in net_fds the descriptors passed, as the real VMM does.
+func (v *vmm) restore(req *fdhttp.Request) fdhttp.Response {
+	fail := func(chain ...string) fdhttp.Response {
+		closeAll(req.Files)
+		return errorChain(http.StatusInternalServerError, append([]string{"Error restoring VM"}, chain...)...)
+	}
+	if v.state != stateNone {
+		return fail("VM is already created")
+	}
+	var body struct {
+		SourceURL string `json:"source_url"`
+		NetFDs    []struct {
+			ID     string `json:"id"`
+			NumFDs int    `json:"num_fds"`
+		} `json:"net_fds"`
+	}
+	json.Unmarshal(req.Body, &body)
+	dir, ok := strings.CutPrefix(body.SourceURL, "file://")
+	if !ok {
+		return fail("unsupported source " + body.SourceURL)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return fail(err.Error())
+	}
+	var config map[string]any
+	if err := json.Unmarshal(data, &config); err != nil {
+		return fail(err.Error())
+	}
+	want := 0
+	for _, n := range body.NetFDs {
+		found := false
+		nets, _ := config["net"].([]any)
+		for _, raw := range nets {
+			if net, _ := raw.(map[string]any); net["id"] == n.ID {
+				found = true
+			}
+		}
+		if !found {
+			return fail("no net device " + n.ID + " in the snapshot")
+		}
+		want += n.NumFDs
+	}
+	if want != len(req.Files) {
+		return fail(fmt.Sprintf("net_fds want %d descriptors, %d passed", want, len(req.Files)))
+	}
+	for _, f := range req.Files {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			f.WriteString("fakech: tap queue restored\n")
+		}
+	}
+	v.config, v.taps, v.state = config, req.Files, statePaused
 	return fdhttp.Response{Status: http.StatusNoContent}
 }
 

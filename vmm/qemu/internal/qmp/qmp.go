@@ -15,9 +15,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxLine bounds one message from QEMU. Replies to the commands we send are
@@ -115,6 +118,70 @@ func (c *Client) Cont(ctx context.Context) error {
 	return c.Execute(ctx, "cont", nil, nil)
 }
 
+// Stop pauses the guest CPUs.
+func (c *Client) Stop(ctx context.Context) error {
+	return c.Execute(ctx, "stop", nil, nil)
+}
+
+// GetFD hands f to QEMU under name, for commands that take "fd:name" (such
+// as migrate). QEMU gets its own duplicate; the caller keeps f.
+func (c *Client) GetFD(ctx context.Context, name string, f *os.File) error {
+	uc, ok := c.conn.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("qmp: getfd: descriptors need a Unix socket, not %T", c.conn)
+	}
+	return c.execute(ctx, "getfd", map[string]string{"fdname": name}, nil, func(line []byte) error {
+		rights := unix.UnixRights(int(f.Fd()))
+		n, oobn, err := uc.WriteMsgUnix(line, rights, nil)
+		runtime.KeepAlive(f)
+		if err == nil && (n != len(line) || oobn != len(rights)) {
+			err = fmt.Errorf("short write (%d of %d bytes)", n, len(line))
+		}
+		return err
+	})
+}
+
+// SetMigrationCapability turns one migration capability on or off.
+func (c *Client) SetMigrationCapability(ctx context.Context, capability string, on bool) error {
+	type state struct {
+		Capability string `json:"capability"`
+		State      bool   `json:"state"`
+	}
+	args := map[string][]state{"capabilities": {{capability, on}}}
+	return c.Execute(ctx, "migrate-set-capabilities", args, nil)
+}
+
+// Migration is the part of query-migrate's reply the driver reads.
+type Migration struct {
+	// Status is "setup", "active", "completed", "failed", ... or "" before
+	// any migration.
+	Status string `json:"status"`
+	// ErrorDesc says why a migration failed.
+	ErrorDesc string `json:"error-desc"`
+}
+
+// QueryMigrate reports the state of the current or last migration.
+func (c *Client) QueryMigrate(ctx context.Context) (Migration, error) {
+	var m Migration
+	err := c.Execute(ctx, "query-migrate", nil, &m)
+	return m, err
+}
+
+// Chardev is one entry of query-chardev's reply.
+type Chardev struct {
+	Label string `json:"label"`
+	// FrontendOpen is whether the device behind the chardev has it open:
+	// for a virtio-serial port, whether the guest opened the port.
+	FrontendOpen bool `json:"frontend-open"`
+}
+
+// QueryChardevs lists the character devices.
+func (c *Client) QueryChardevs(ctx context.Context) ([]Chardev, error) {
+	var cs []Chardev
+	err := c.Execute(ctx, "query-chardev", nil, &cs)
+	return cs, err
+}
+
 // command is one request on the wire.
 type command struct {
 	Execute   string `json:"execute"`
@@ -138,6 +205,14 @@ type message struct {
 // "return" value into result unless result is nil. Events that arrive
 // before the reply are skipped.
 func (c *Client) Execute(ctx context.Context, name string, args, result any) error {
+	return c.execute(ctx, name, args, result, func(line []byte) error {
+		_, err := c.conn.Write(line)
+		return err
+	})
+}
+
+// execute sends the command line with send and reads the reply.
+func (c *Client) execute(ctx context.Context, name string, args, result any, send func(line []byte) error) error {
 	c.nextID++
 	id := strconv.FormatUint(c.nextID, 10)
 	line, err := json.Marshal(command{Execute: name, Arguments: args, ID: id})
@@ -146,7 +221,7 @@ func (c *Client) Execute(ctx context.Context, name string, args, result any) err
 	}
 	stop := c.bound(ctx, CallTimeout)
 	defer stop()
-	if _, err := c.conn.Write(append(line, '\n')); err != nil {
+	if err := send(append(line, '\n')); err != nil {
 		return fmt.Errorf("qmp: %s: send: %w", name, ctxErr(ctx, err))
 	}
 	wantID, _ := json.Marshal(id)

@@ -8,9 +8,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const greeting = `{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": "Debian"}, "capabilities": ["oob"]}}` + "\r\n"
@@ -274,4 +278,92 @@ func FuzzSession(f *testing.F) {
 			t.Fatalf("QueryStatus = %+v from a stream that never answered id 2", st)
 		}
 	})
+}
+
+// GetFD delivers the very file to QEMU with the getfd command, and refuses
+// a connection that cannot carry descriptors.
+func TestGetFDPassesTheDescriptor(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientConn, err := net.FileConn(os.NewFile(uintptr(fds[0]), "client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverFile := os.NewFile(uintptr(fds[1]), "server")
+	serverConn, err := net.FileConn(serverFile)
+	serverFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := serverConn.(*net.UnixConn)
+	defer server.Close()
+
+	received := make(chan string, 1)
+	go func() {
+		defer close(received)
+		io.WriteString(server, greeting)
+		r := bufio.NewReader(server)
+		line, _ := r.ReadString('\n') // qmp_capabilities
+		server.Write([]byte(okReply(idOf(t, line))))
+		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
+		n, oobn, _, _, err := server.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		if len(msgs) != 1 {
+			return
+		}
+		got, _ := unix.ParseUnixRights(&msgs[0])
+		if len(got) != 1 {
+			return
+		}
+		f := os.NewFile(uintptr(got[0]), "passed")
+		data, _ := io.ReadAll(f)
+		f.Close()
+		received <- string(buf[:n]) + "|" + string(data)
+		server.Write([]byte(okReply(idOf(t, string(buf[:n])))))
+	}()
+
+	c, err := Handshake(context.Background(), clientConn)
+	if err != nil {
+		t.Fatalf("Handshake: %v", err)
+	}
+	defer c.Close()
+	path := filepath.Join(t.TempDir(), "state")
+	os.WriteFile(path, []byte("the state"), 0o600)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := c.GetFD(context.Background(), "snap", f); err != nil {
+		t.Fatalf("GetFD: %v", err)
+	}
+	got := <-received
+	if !strings.Contains(got, `"execute":"getfd"`) || !strings.Contains(got, `"fdname":"snap"`) || !strings.HasSuffix(got, "|the state") {
+		t.Errorf("QEMU received %q, want getfd of snap with the file", got)
+	}
+
+	pipeClient, pipeServer := net.Pipe()
+	fakeQEMU(t, pipeServer, greeting, func(_, id string) string { return okReply(id) })
+	pc, err := Handshake(context.Background(), pipeClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.GetFD(context.Background(), "snap", f); err == nil {
+		t.Error("GetFD over a connection without descriptor passing succeeded")
+	}
+}
+
+func idOf(t *testing.T, line string) string {
+	var cmd struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(line), &cmd); err != nil {
+		t.Errorf("fake qemu: %q: %v", line, err)
+	}
+	return cmd.ID
 }
