@@ -45,10 +45,10 @@ type Config struct {
 	LimitAddressStreams      int
 	// PoolSize is how many ready sandboxes the daemon keeps for runs; 0
 	// keeps none.
-	PoolSize                 int
-	MaxCostMicros            int64
-	MaxModelTurns            int
-	CommandTimeout           time.Duration
+	PoolSize       int
+	MaxCostMicros  int64
+	MaxModelTurns  int
+	CommandTimeout time.Duration
 	// MaxRecordingBytes and MaxTimelineBytes cap what one run stores of
 	// its model turns and of its timeline's content.
 	MaxRecordingBytes int64
