@@ -21,7 +21,7 @@ func TestRunLimitsEndToEnd(t *testing.T) {
 	fake := fakeprovider.New()
 	model := httptest.NewServer(fake)
 	defer model.Close()
-	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1")
+	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 
 	submit := func(t *testing.T, body string) apiRun {
 		t.Helper()

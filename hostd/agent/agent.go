@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
@@ -98,6 +99,9 @@ type Config struct {
 	// keeps and all of them together (default 10 MiB and 50 MiB).
 	MaxOutputFileBytes int64
 	MaxOutputBytes     int64
+	// Rates are what the runs service charges (the compute price is part
+	// of MinimumBudget); the zero value: ledger.DefaultRates.
+	Rates ledger.Rates
 }
 
 // Executor drives runs. It is safe for concurrent use: each Execute has its
@@ -137,6 +141,9 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
+	if cfg.Rates == (ledger.Rates{}) {
+		cfg.Rates = ledger.DefaultRates
+	}
 	return &Executor{cfg: cfg}, nil
 }
 
@@ -162,6 +169,10 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	vm := machine.VM
 	ready := time.Now()
 	rec.BootDuration(ready.Sub(bootStart))
+	// The run's timeout and its compute both start now: the boot is the
+	// platform's, not the run's.
+	ctx, stopClock := rec.StartClock(ctx)
+	defer stopClock()
 	compute := startComputeMeter(rec, ready)
 	defer func() {
 		// However the run ended, what it wrote is copied out first.

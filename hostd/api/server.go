@@ -29,6 +29,10 @@ type Config struct {
 	// ValidateModel rejects models the daemon cannot run or price (400).
 	// Nil accepts any name.
 	ValidateModel func(model string) error
+	// MinimumBudget is the least budget a run can get its model's first
+	// answer with (agent.Executor.MinimumBudget); a request with less is
+	// refused with it (400 budget_too_small). Nil: no minimum.
+	MinimumBudget func(runs.Spec) (int64, error)
 	Limits        Limits
 	// Webhooks keeps the secrets webhook deliveries are signed with;
 	// nil: runs may not name a webhook_url.
@@ -64,6 +68,9 @@ type limits struct {
 	defaultModel  string
 	maxCostMicros int64
 	validateModel func(string) error
+	minimumBudget func(runs.Spec) (int64, error)
+	// usableModels lists the models runs may use now, by name.
+	usableModels func() []string
 }
 
 // Server holds the API's dependencies.
@@ -103,7 +110,8 @@ func New(st *store.Store, svc *runs.Service, cfg Config) *Server {
 	}
 	closingCtx, closeStreams := context.WithCancel(context.Background())
 	return &Server{store: st, runs: svc, log: cfg.Logger, closingCtx: closingCtx, CloseStreams: closeStreams,
-		lim:     limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel},
+		lim: limits{defaultModel: cfg.DefaultModel, maxCostMicros: cfg.MaxCostMicros, validateModel: cfg.ValidateModel,
+			minimumBudget: cfg.MinimumBudget, usableModels: func() []string { return usableModels(cfg.Models) }},
 		limiter: newLimiter(cfg.Limits), credentialRecheck: cfg.CredentialRecheck,
 		models: cfg.Models, exampleRequest: cfg.ExampleRequest, sessions: cfg.Sessions,
 		crossOrigin: http.NewCrossOriginProtection(), webhooks: cfg.Webhooks}
