@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"path"
 	"reflect"
@@ -103,6 +104,22 @@ const (
 	encodingText   = "utf-8"
 	encodingBase64 = "base64"
 )
+
+// requireJSON refuses a body sent as anything but JSON in UTF-8: what a
+// client labels otherwise (a form, text) it did not mean as this API's
+// request, and a browser sends a cross-site form without asking first.
+func requireJSON(r *http.Request) *apiError {
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err == nil && mediaType == "application/json" {
+		charset, named := params["charset"]
+		delete(params, "charset")
+		if len(params) == 0 && (!named || strings.EqualFold(charset, "utf-8")) {
+			return nil
+		}
+	}
+	return &apiError{Status: http.StatusUnsupportedMediaType, Type: invalidRequest, Code: "unsupported_media_type", Param: "Content-Type",
+		Message: "the request body must be JSON, sent with Content-Type: application/json"}
+}
 
 // decodeStrict decodes the request body, exactly one JSON value, into v
 // (a pointer): every key must be spelled exactly as one of v's fields and

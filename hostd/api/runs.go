@@ -161,6 +161,10 @@ func (s *Server) RunObject(ctx context.Context, orgID, runID string) ([]byte, er
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	if apiErr := requireJSON(r); apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" && !validIdempotencyKey(key) {
 		writeError(w, &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "parameter_invalid",

@@ -78,7 +78,7 @@ func TestRejectsBadInput(t *testing.T) {
 		code   string
 		param  string
 	}{
-		{"empty body", "", nil, 400, "invalid_json", ""},
+		{"empty body", "", []string{"Content-Type", "application/json"}, 400, "invalid_json", ""},
 		{"not json", "{prompt", nil, 400, "invalid_json", ""},
 		{"array", `[1]`, nil, 400, "parameter_invalid_type", ""},
 		{"trailing data", `{"prompt":"p","max_cost_micros":1} {}`, nil, 400, "invalid_json", ""},
