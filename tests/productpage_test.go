@@ -183,6 +183,9 @@ func (d daemon) call(t *testing.T, method, path string, body io.Reader, header m
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+d.key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

@@ -46,6 +46,28 @@ func TestRunLimitsEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("a budget below the first call's cost is refused with the minimum", func(t *testing.T) {
+		var e struct {
+			Error struct {
+				Code, Param   string
+				MinimumMicros int64 `json:"minimum_micros"`
+			}
+		}
+		body := `{"prompt": "Say hi.", "shell": true, "max_cost_micros": 10}`
+		if status := d.call(t, "POST", "/v1/runs", strings.NewReader(body), nil, &e); status != http.StatusBadRequest ||
+			e.Error.Code != "budget_too_small" || e.Error.Param != "max_cost_micros" || e.Error.MinimumMicros <= 10 {
+			t.Fatalf("%d %+v", status, e)
+		}
+		fake.Append(fakeprovider.Turn{Text: "hi", Usage: fakeprovider.Usage{InputTokens: 10, OutputTokens: 1}})
+		// The minimum pays for the first answer (and a second of the VM,
+		// which the teardown under TCG may pass).
+		run := submit(t, strings.Replace(body, "10}", fmt.Sprint(e.Error.MinimumMicros)+"}", 1))
+		if run.Usage.ModelCalls != 1 || run.Cost.Reserved != e.Error.MinimumMicros || (run.Status != "succeeded" && run.Status != "budget_exceeded") {
+			t.Fatalf("with the minimum: %s %+v, %d model calls", run.Status, run.Error, run.Usage.ModelCalls)
+		}
+		checkCost(t, run)
+	})
+
 	t.Run("timeout mid-command", func(t *testing.T) {
 		fake.Append(fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{shellCall("c1", "echo started; sleep 600")}})
 		run := submit(t, `{"prompt": "wait", "shell": true, "timeout_seconds": 6, "max_cost_micros": 40000}`)
