@@ -4,7 +4,11 @@
 // through the run's broker session), meters every model call and every
 // VM-second against the budget, and always destroys the VM — after copying
 // out the files the run asked to keep (outputs.go) and putting on the
-// timeline what the VM's firewall dropped, if anything.
+// timeline what the VM's firewall dropped, if anything. The run's timeout
+// and its compute both start when the VM is ready. A provider that refuses
+// the daemon's key or model ends the run at once, saying what to fix
+// (refusal.go); MinimumBudget is the least budget a run can get its
+// model's first answer with.
 //
 // Everything the model returns is hostile: malformed or oversized tool
 // arguments, unknown tools and tools the run was not granted are answered

@@ -1,10 +1,12 @@
 // Package api serves Ephemeral's HTTP API: the /v1 runs API with its
-// conventions (JSON errors naming the field, strict decoding, idempotency,
-// live Server-Sent Events, limits per API key and client address), /healthz
-// and the OpenAPI document; and, on a handler of its own meant for a
-// loopback address, /metrics. Clients authenticate with an API key;
-// browsers of the web app may use their session cookie instead, guarded
-// against cross-site forgery.
+// conventions (JSON errors naming the field, strict decoding of bodies and
+// query parameters, 405 with Allow, idempotency, live Server-Sent Events,
+// limits per API key and client address, requests that cannot work
+// refused before anything is reserved), /healthz and the OpenAPI document
+// (openapi.json, which openapi_test.go holds the handlers to); and, on a
+// handler of its own meant for a loopback address, /metrics. Clients
+// authenticate with an API key; browsers of the web app may use their
+// session cookie instead, guarded against cross-site forgery.
 package api
 
 import (
