@@ -10,8 +10,11 @@ export EPHEMERAL_STATE_DIR := $(STATE_DIR)
 export CGO_ENABLED := 0
 
 STATICCHECK_VERSION = v0.8.2
+# 1.34 is the newest Redocly CLI that runs on Debian 12's own Node.js (18);
+# npx caches it after the first run.
+REDOCLY_VERSION = 1.34.20
 
-.PHONY: build deps image demo serve check test fuzz bench clean
+.PHONY: build deps image demo serve check openapi-lint test fuzz bench clean
 
 build:
 	$(GO) build -trimpath -o bin/ephemeral-init ./guest/cmd/ephemeral-init
@@ -44,6 +47,13 @@ check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	GOBIN=$(CURDIR)/bin/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	bin/tools/staticcheck ./...
+
+# The API's OpenAPI document against Redocly's recommended rules
+# (hostd/api/redocly.yaml says which one is off, and why). Needs node and
+# npm, which tools/install-deps.sh installs where they are missing.
+openapi-lint:
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --config hostd/api/redocly.yaml hostd/api/openapi.json
 
 # EPHEMERAL_REQUIRE_VM turns the VM and root tests' "skip" into failures:
 # here everything they need has just been installed and built.

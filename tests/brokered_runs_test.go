@@ -49,7 +49,8 @@ func serveModel(t *testing.T, script ...fakeprovider.Turn) (*fakeprovider.Server
 	fake.APIKey = "sk-test-provider"
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	return fake, []string{"EPHEMERAL_OPENAI_BASE_URL=" + srv.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey}
+	return fake, []string{"EPHEMERAL_OPENAI_BASE_URL=" + srv.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey,
+		"EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna"}
 }
 
 // submit posts a run request and waits for the run's end.
@@ -178,6 +179,7 @@ func inProcessRun(t *testing.T, cfg config.Config, opts system.Options, spec run
 		t.Fatal(err)
 	}
 	cfg.StateDir, cfg.OpenAIBaseURL, cfg.ModelsFile, cfg.MaxConcurrentRuns = stateDir(), srv.URL+"/v1", models, 1
+	cfg.DefaultModel = spec.Model
 	opts.Database, opts.SandboxDir, opts.Logger = filepath.Join(dir, "ephemeral.db"), filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(t.Output(), nil))
 	sys, err := system.New(ctx, cfg, opts)
 	if err != nil {

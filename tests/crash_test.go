@@ -27,7 +27,8 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	fake.APIKey = "sk-test-provider"
 	model := httptest.NewServer(fake)
 	defer model.Close()
-	env := []string{"EPHEMERAL_OPENAI_BASE_URL=" + model.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey}
+	env := []string{"EPHEMERAL_OPENAI_BASE_URL=" + model.URL + "/v1", "EPHEMERAL_OPENAI_API_KEY=" + fake.APIKey,
+		"EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna"}
 	key := createOrg(t, state)
 	// No pool: the run's sandbox is the one VM. TestDaemonKilledWithPool
 	// kills a daemon with pooled sandboxes.

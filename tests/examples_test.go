@@ -276,6 +276,7 @@ func recordThroughAPI(t *testing.T, request string, opts system.Options, model h
 	defer modelSrv.Close()
 	cfg := config.Defaults()
 	cfg.StateDir, cfg.OpenAIBaseURL, cfg.MaxConcurrentRuns = stateDir(), modelSrv.URL+"/v1", 1
+	cfg.DefaultModel = "openai/gpt-6-luna"
 	dir := t.TempDir()
 	opts.Database, opts.SandboxDir, opts.Logger = filepath.Join(dir, "ephemeral.db"), filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(t.Output(), nil))
 	sys, err := system.New(ctx, cfg, opts)

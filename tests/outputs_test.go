@@ -168,6 +168,7 @@ func TestWebhookOfARunInAMicroVM(t *testing.T) {
 	}
 	cfg := config.Defaults()
 	cfg.StateDir, cfg.OpenAIBaseURL, cfg.ModelsFile, cfg.MaxConcurrentRuns = stateDir(), model.URL+"/v1", models, 1
+	cfg.DefaultModel = modelName
 	sandboxes := filepath.Join(dir, "sandboxes")
 	sys, err := system.New(ctx, cfg, system.Options{
 		Database: filepath.Join(dir, "ephemeral.db"), SandboxDir: sandboxes, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),

@@ -183,6 +183,9 @@ func (d daemon) call(t *testing.T, method, path string, body io.Reader, header m
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+d.key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -259,7 +262,10 @@ func TestProductPageRunEndToEnd(t *testing.T) {
 	fake, handler := pageModel(t)
 	model := httptest.NewServer(handler)
 	defer model.Close()
-	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY="+fake.APIKey)
+	// The page's request names no model: the daemon's default is the
+	// page's.
+	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY="+fake.APIKey,
+		"EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 
 	var created apiRun
 	status := d.call(t, "POST", "/v1/runs", strings.NewReader(productPageRequest),

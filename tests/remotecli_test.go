@@ -132,7 +132,8 @@ func TestRemoteCLIFollowsTheProductPageRun(t *testing.T) {
 	fake, handler := pageModel(t)
 	model := httptest.NewServer(handler)
 	defer model.Close()
-	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY="+fake.APIKey)
+	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY="+fake.APIKey,
+		"EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 	proxy := newCuttingProxy(t, d.url, 4)
 	request := filepath.Join(t.TempDir(), "request.json")
 	if err := os.WriteFile(request, []byte(productPageRequest), 0o600); err != nil {

@@ -21,7 +21,7 @@ func TestRunLimitsEndToEnd(t *testing.T) {
 	fake := fakeprovider.New()
 	model := httptest.NewServer(fake)
 	defer model.Close()
-	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1")
+	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 
 	submit := func(t *testing.T, body string) apiRun {
 		t.Helper()
@@ -44,6 +44,28 @@ func TestRunLimitsEndToEnd(t *testing.T) {
 				t.Errorf("model %s: %d %+v", name, status, e)
 			}
 		}
+	})
+
+	t.Run("a budget below the first call's cost is refused with the minimum", func(t *testing.T) {
+		var e struct {
+			Error struct {
+				Code, Param   string
+				MinimumMicros int64 `json:"minimum_micros"`
+			}
+		}
+		body := `{"prompt": "Say hi.", "shell": true, "max_cost_micros": 10}`
+		if status := d.call(t, "POST", "/v1/runs", strings.NewReader(body), nil, &e); status != http.StatusBadRequest ||
+			e.Error.Code != "budget_too_small" || e.Error.Param != "max_cost_micros" || e.Error.MinimumMicros <= 10 {
+			t.Fatalf("%d %+v", status, e)
+		}
+		fake.Append(fakeprovider.Turn{Text: "hi", Usage: fakeprovider.Usage{InputTokens: 10, OutputTokens: 1}})
+		// The minimum pays for the first answer (and a second of the VM,
+		// which the teardown under TCG may pass).
+		run := submit(t, strings.Replace(body, "10}", fmt.Sprint(e.Error.MinimumMicros)+"}", 1))
+		if run.Usage.ModelCalls != 1 || run.Cost.Reserved != e.Error.MinimumMicros || (run.Status != "succeeded" && run.Status != "budget_exceeded") {
+			t.Fatalf("with the minimum: %s %+v, %d model calls", run.Status, run.Error, run.Usage.ModelCalls)
+		}
+		checkCost(t, run)
 	})
 
 	t.Run("timeout mid-command", func(t *testing.T) {

@@ -239,7 +239,8 @@ func TestWebAppInABrowser(t *testing.T) {
 	state := cliState(t)
 	model := httptest.NewServer(hostileModel())
 	defer model.Close()
-	d := launchServe(t, state, "", "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY=sk-test")
+	d := launchServe(t, state, "", "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_OPENAI_API_KEY=sk-test",
+		"EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 	attacker := httptest.NewServer(attackerPage(d.url))
 	defer attacker.Close()
 	b := newTab(t, chromium, d.url)

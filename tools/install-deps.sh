@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ephemeral needs on the host: QEMU to boot
 # microVMs, debootstrap/e2fsprogs/dpkg to build the guest image, chromium
-# for the web app's browser tests, and the unprivileged system user QEMU
+# for the web app's browser tests, Node.js and npm (only where npx is
+# missing) for the OpenAPI lint, and the unprivileged system user QEMU
 # drops to once it has opened its devices and files. Idempotent: packages and the user already present are left alone,
 # but the package lists are always refreshed because the image build
 # downloads the current cloud kernel.
@@ -17,6 +18,12 @@ missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# make openapi-lint runs Redocly's CLI with npx. A machine that has Node.js
+# from elsewhere (NodeSource's nodejs carries npm) keeps it; Debian's own
+# comes in two packages.
+if ! command -v npx >/dev/null; then
+	missing+=(nodejs npm)
+fi
 
 export DEBIAN_FRONTEND=noninteractive
 # A mirror hiccup should not fail a machine that already has everything:

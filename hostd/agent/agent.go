@@ -4,7 +4,11 @@
 // through the run's broker session), meters every model call and every
 // VM-second against the budget, and always destroys the VM — after copying
 // out the files the run asked to keep (outputs.go) and putting on the
-// timeline what the VM's firewall dropped, if anything.
+// timeline what the VM's firewall dropped, if anything. The run's timeout
+// and its compute both start when the VM is ready. A provider that refuses
+// the daemon's key or model ends the run at once, saying what to fix
+// (refusal.go); MinimumBudget is the least budget a run can get its
+// model's first answer with.
 //
 // Everything the model returns is hostile: malformed or oversized tool
 // arguments, unknown tools and tools the run was not granted are answered
@@ -20,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
+	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
@@ -99,6 +104,9 @@ type Config struct {
 	// keeps and all of them together (default 10 MiB and 50 MiB).
 	MaxOutputFileBytes int64
 	MaxOutputBytes     int64
+	// Rates are what the runs service charges (the compute price is part
+	// of MinimumBudget); the zero value: ledger.DefaultRates.
+	Rates ledger.Rates
 }
 
 // Executor drives runs. It is safe for concurrent use: each Execute has its
@@ -138,6 +146,9 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
+	if cfg.Rates == (ledger.Rates{}) {
+		cfg.Rates = ledger.DefaultRates
+	}
 	return &Executor{cfg: cfg}, nil
 }
 
@@ -163,6 +174,10 @@ func (e *Executor) Execute(ctx context.Context, spec runs.Spec, rec *runs.Record
 	vm := machine.VM
 	ready := time.Now()
 	rec.BootDuration(ready.Sub(bootStart))
+	// The run's timeout and its compute both start now: the boot is the
+	// platform's, not the run's.
+	ctx, stopClock := rec.StartClock(ctx)
+	defer stopClock()
 	compute := startComputeMeter(rec, ready)
 	defer func() {
 		// However the run ended, what it wrote is copied out first.

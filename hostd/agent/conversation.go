@@ -85,29 +85,27 @@ func (c *conversation) run(ctx context.Context) (string, error) {
 
 // call makes one model call the remaining budget can pay for and charges it.
 func (c *conversation) call(ctx context.Context, tools []model.Tool, final bool) (model.Response, error) {
-	req := model.Request{
-		Model:    c.model.Name,
-		System:   systemPrompt(c.spec, c.vm.ScratchDir(), c.rec.Remaining(), timeLeft(ctx), c.cfg, final),
-		Messages: c.messages,
-		Tools:    tools,
-	}
+	req := newRequest(c.spec, c.cfg, c.model.Name, c.vm.ScratchDir(), c.rec.Remaining(), timeLeft(ctx), c.messages, tools, final)
 	inputEstimate := estimateTokens(req)
-	maxTokens := c.model.Price.AffordableOutputTokens(c.rec.Remaining(), inputEstimate)
-	if maxTokens < minAnswerTokens {
-		return model.Response{}, fmt.Errorf("agent: %d micros left cannot pay for a model call of about %d input tokens: %w",
-			c.rec.Remaining(), inputEstimate, ledger.ErrBudgetExceeded)
+	if least := leastCallCost(c.model.Price, inputEstimate); c.rec.Remaining() < least {
+		return model.Response{}, fmt.Errorf("agent: %d micros left cannot pay for a model call of about %d input tokens (%d micros): %w",
+			c.rec.Remaining(), inputEstimate, least, ledger.ErrBudgetExceeded)
 	}
+	maxTokens := c.model.Price.AffordableOutputTokens(c.rec.Remaining(), inputEstimate)
 	req.MaxTokens = int(min(maxTokens, int64(c.cfg.MaxAnswerTokens)))
 	req.BeforeRetry = func(ctx context.Context, r model.Retry) error {
 		if left := timeLeft(ctx); left <= r.Wait {
 			return fmt.Errorf("agent: retry in %v would outlast the run's %v left", r.Wait, left)
 		}
-		if c.model.Price.AffordableOutputTokens(c.rec.Remaining(), inputEstimate) < minAnswerTokens {
+		if c.rec.Remaining() < leastCallCost(c.model.Price, inputEstimate) {
 			return fmt.Errorf("agent: the budget left cannot pay for a retry: %w", ledger.ErrBudgetExceeded)
 		}
 		return nil
 	}
 	resp, err := c.provider.Complete(ctx, req)
+	if f := providerRefusal(c.model, err); f != nil {
+		return model.Response{}, f
+	}
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return model.Response{}, fmt.Errorf("agent: model call: %w (%w)", err, cause)
@@ -128,6 +126,18 @@ func (c *conversation) call(ctx context.Context, tools []model.Tool, final bool)
 	return resp, nil
 }
 
+// newRequest is the model call the agent makes next: the conversation so
+// far under a system prompt that tells the budget and time left.
+func newRequest(spec runs.Spec, cfg *Config, modelName, scratchDir string, remaining int64, left time.Duration,
+	messages []model.Message, tools []model.Tool, final bool) model.Request {
+	return model.Request{
+		Model:    modelName,
+		System:   systemPrompt(spec, scratchDir, remaining, left, cfg, final),
+		Messages: messages,
+		Tools:    tools,
+	}
+}
+
 // estimateTokens sizes what the request will cost in input tokens.
 func estimateTokens(req model.Request) int64 {
 	b, err := json.Marshal(req)
@@ -135,6 +145,50 @@ func estimateTokens(req model.Request) int64 {
 		return 0
 	}
 	return int64(len(b))/bytesPerTokenEstimate + 1
+}
+
+// leastCallCost is what a model call of about inputTokens costs with the
+// shortest answer the agent pays for: with less left, it does not make
+// the call. (Price.Cost of that usage is at most the budget exactly when
+// AffordableOutputTokens of the budget is at least minAnswerTokens.)
+func leastCallCost(p model.Price, inputTokens int64) int64 {
+	return p.Cost(model.Usage{InputTokens: inputTokens, OutputTokens: minAnswerTokens})
+}
+
+// scratchDirShape has the length of the scratch directory a microVM
+// reports (guest/initd: /tmp/ephemeral-run-<6 random characters>/scratch),
+// for sizing a run's first model call before the VM exists.
+const scratchDirShape = "/tmp/ephemeral-run-XXXXXX/scratch"
+
+// minimumComputeTime is the VM time a run needs at the least besides its
+// first model call: the microVM runs, and is charged, while the model
+// answers.
+const minimumComputeTime = time.Second
+
+// MinimumBudget is the least max_cost_micros with which spec's run can get
+// its model's first answer:
+//
+//	first call: the estimated input tokens of the run's first model call
+//	  (its prompt, the system prompt and the tool definitions, sized as
+//	  before every call: JSON bytes / 3) at the model's input price, plus
+//	  the shortest answer the agent pays for (64 tokens) at its output price
+//	+ one VM-second of compute at the configured rate
+//
+// With less, the agent would stop the run as budget_exceeded before or
+// right after that call, so the API refuses such a run before reserving
+// anything (400 budget_too_small with minimum_micros).
+func (e *Executor) MinimumBudget(spec runs.Spec) (int64, error) {
+	m, err := e.model(spec)
+	if err != nil {
+		return 0, fmt.Errorf("agent: minimum budget: %w", err)
+	}
+	messages := []model.Message{{Role: model.RoleUser, Text: spec.Prompt}}
+	first := newRequest(spec, &e.cfg, m.Name, scratchDirShape, spec.MaxCostMicros, spec.Timeout, messages, toolsFor(spec), e.cfg.MaxTurns <= 1)
+	if e.cfg.MaxTurns <= 1 {
+		first.Tools = nil // the last turn offers no tools
+	}
+	compute := e.cfg.Rates.Price(ledger.Usage{VMTime: minimumComputeTime}).Compute
+	return leastCallCost(m.Price, estimateTokens(first)) + compute, nil
 }
 
 // timeLeft is how long the run may still go on.

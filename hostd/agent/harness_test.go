@@ -162,6 +162,7 @@ type env struct {
 	svc      *runs.Service
 	orgID    string
 	provider *fakeprovider.Server
+	exec     *Executor
 	vm       *fakeVM
 	// broker, when set, serves the egress of runs granted web or
 	// connections, reporting to the run like the daemon's does.
@@ -219,6 +220,7 @@ func newEnvRuns(t testing.TB, cfg Config, rc runs.Config, vm *fakeVM, script ...
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.exec = exec
 	e.hub = timeline.NewHub()
 	e.svc = runs.New(st, e.hub, runs.Config{Executor: exec, Rates: ledger.DefaultRates,
 		MaxRecordingBytes: rc.MaxRecordingBytes, MaxTimelineBytes: rc.MaxTimelineBytes})

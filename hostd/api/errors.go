@@ -13,6 +13,11 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Param   string `json:"param,omitempty"`
+	// MinimumMicros is the least max_cost_micros the request could run
+	// with (budget_too_small).
+	MinimumMicros int64 `json:"minimum_micros,omitempty"`
+	// UsableModels lists the models a run may name (model_required).
+	UsableModels []string `json:"usable_models,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -123,6 +124,15 @@ type harnessConfig struct {
 	// credentialRecheck is how often event streams re-check their key.
 	credentialRecheck time.Duration
 	retention         time.Duration // how long run content is kept; 0: 30 days
+	// defaultModel replaces the product page's as the daemon's default;
+	// noDefaultModel leaves the daemon without one.
+	defaultModel   string
+	noDefaultModel bool
+	// checkModels refuses models the registry cannot serve (only OpenAI
+	// has a key), as the daemon does.
+	checkModels bool
+	// minimumBudget, when set, is the least budget a run may ask for.
+	minimumBudget func(runs.Spec) (int64, error)
 }
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
@@ -163,7 +173,16 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(st, svc, Config{DefaultModel: "openai/gpt-6-luna", MaxCostMicros: 5_000_000, Limits: cfg.limits,
+	defaultModel := cmp.Or(cfg.defaultModel, "openai/gpt-6-luna")
+	if cfg.noDefaultModel {
+		defaultModel = ""
+	}
+	var validate func(string) error
+	if cfg.checkModels {
+		validate = func(name string) error { _, err := models.Lookup(name); return err }
+	}
+	srv := New(st, svc, Config{DefaultModel: defaultModel, MaxCostMicros: 5_000_000, Limits: cfg.limits,
+		ValidateModel: validate, MinimumBudget: cfg.minimumBudget,
 		CredentialRecheck: cfg.credentialRecheck, Models: models.Models, Sessions: accts, Webhooks: webhook.NewSecrets(st, key),
 		ExampleRequest: func(name string) (json.RawMessage, string, bool) {
 			return json.RawMessage(productPageRequest), "openai/gpt-6-luna", name == "product-page"

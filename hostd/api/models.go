@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ephemeralhq/ephemeral/hostd/model"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 )
 
 // modelJSON is one model of GET /v1/models.
@@ -37,4 +38,18 @@ func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// usableModels names the models of list that runs may use now.
+func usableModels(list func() []registry.Status) []string {
+	names := []string{}
+	if list == nil {
+		return names
+	}
+	for _, m := range list() {
+		if m.Usable {
+			names = append(names, m.Name)
+		}
+	}
+	return names
 }

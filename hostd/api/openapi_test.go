@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,11 +25,67 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
-// TestHandlersMatchOpenAPIDocument sends requests covering every endpoint
-// and the main error responses to the real handlers, and checks each
-// request and each response against the served OpenAPI document.
-func TestHandlersMatchOpenAPIDocument(t *testing.T) {
-	h := newHarness(t, harnessConfig{credit: 1_000_000})
+// TestRecordedSessionMatchesOpenAPIDocument records a session against the
+// real handlers — every operation, answered with every status the
+// document lists for it, and every path asked with a method it does not
+// take — then replays each exchange through a validating check against the
+// served document: the request (its query parameters too), the response's
+// status, headers and body. It fails when an operation or a documented
+// status never came up, so the document cannot promise what the API does
+// not do, nor the API answer what the document does not say.
+func TestRecordedSessionMatchesOpenAPIDocument(t *testing.T) {
+	doc := loadDocument(t, newHarness(t, harnessConfig{}))
+	checkShippedExamples(t, doc)
+	session := recordSession(t)
+
+	// Requests go to several daemons (one with its limits used up, one
+	// whose database is gone): each is a server of the document.
+	doc.Servers = nil
+	for _, h := range session.daemons {
+		doc.Servers = append(doc.Servers, &openapi3.Server{URL: h.url})
+	}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerEventStreamDecoder(t, doc)
+
+	covered := map[string]bool{} // "operationId status"
+	wrongMethod := map[string]bool{}
+	for _, ex := range session.exchanges {
+		route, params, err := router.FindRoute(ex.req)
+		if err != nil {
+			// Not an operation: a path of the document with a method it
+			// does not list, or no path of the document.
+			if path := documentPath(doc, ex.req.URL.Path); path != "" {
+				checkMethodNotAllowed(t, doc, path, ex)
+				wrongMethod[path] = true
+			} else {
+				checkErrorBody(t, doc, ex, http.StatusNotFound)
+			}
+			continue
+		}
+		checkExchange(t, route, params, ex)
+		covered[route.Operation.OperationID+" "+strconv.Itoa(ex.status)] = true
+	}
+
+	for path, item := range doc.Paths.Map() {
+		if !wrongMethod[path] {
+			t.Errorf("%s was never asked with a method it does not take", path)
+		}
+		for method, op := range item.Operations() {
+			for status := range op.Responses.Map() {
+				if !covered[op.OperationID+" "+status] {
+					t.Errorf("%s %s (%s): status %s never came up", method, path, op.OperationID, status)
+				}
+			}
+		}
+	}
+}
+
+// loadDocument fetches the document h serves and checks that it is valid.
+func loadDocument(t *testing.T, h *harness) *openapi3.T {
+	t.Helper()
 	served := h.do("GET", "/openapi.json", "")
 	doc, err := openapi3.NewLoader().LoadFromData(served.body)
 	if err != nil {
@@ -36,43 +94,14 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("document invalid: %v", err)
 	}
-	// A second daemon whose limits are used up by one request each.
-	limited := newHarness(t, harnessConfig{limits: Limits{
-		KeyRunCreations: Rate{PerSecond: 0.001, Burst: 1}, KeyReads: Rate{PerSecond: 0.001, Burst: 1},
-		AddressReads: Rate{PerSecond: 0.001, Burst: 2}}})
-	doc.Servers = openapi3.Servers{{URL: h.url}, {URL: limited.url}}
-	router, err := legacy.NewRouter(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return doc
+}
 
-	// An event stream is checked event by event against the Event schema.
-	eventSchema := doc.Components.Schemas["Event"].Value
-	openapi3filter.RegisterBodyDecoder("text/event-stream", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef,
-		_ openapi3filter.EncodingFn) (any, error) {
-		b, err := io.ReadAll(body)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range parseSSE(b) {
-			if e.event != "timeline" {
-				continue
-			}
-			var v any
-			if err := json.Unmarshal([]byte(e.data), &v); err != nil {
-				return nil, err
-			}
-			if err := eventSchema.VisitJSON(v); err != nil {
-				return nil, fmt.Errorf("event %s: %w", e.id, err)
-			}
-		}
-		return string(b), nil
-	})
-	defer openapi3filter.UnregisterBodyDecoder("text/event-stream")
-
-	// The examples the repository ships hold what the endpoints describe:
-	// the request, the run, its events and its recording, so a recording
-	// saved from the API replays like a shipped one.
+// checkShippedExamples checks that the examples the repository ships hold
+// what the endpoints describe: the request, the run, its events and its
+// recording, so a recording saved from the API replays like a shipped one.
+func checkShippedExamples(t *testing.T, doc *openapi3.T) {
+	t.Helper()
 	set, err := example.Load(examples.Files)
 	if err != nil {
 		t.Fatal(err)
@@ -95,92 +124,65 @@ func TestHandlersMatchOpenAPIDocument(t *testing.T) {
 			}
 		}
 	}
-
-	run := h.createRun(productPageRequest)
-	h.waitFinished(run.ID)
-	cookie, _ := h.register("ada@example.org")
-	replay := strings.Replace(productPageRequest, `"web": false,`, `"web": false, "replay": "product-page",`, 1)
-	h.do("POST", "/v1/webhook_secret/rotate", "")
-	const withOutputs = `{"prompt":"p","max_cost_micros":40000,"outputs":["report.md","out/*.csv"],"webhook_url":"https://hooks.acme.example/e",` +
-		`"files":[{"path":"run.sh","content":"IyEvYmluL3NoCg==","encoding":"base64","mode":"0755"}]}`
-	outRun := h.waitFinished(h.createRun(withOutputs).ID)
-	calls := []apiCall{
-		{"GET", "/healthz", "", nil, 200, false},
-		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
-		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 200, false},
-		{"POST", "/v1/runs", strings.Replace(productPageRequest, "120", "60", 1), []string{"Idempotency-Key", "k1"}, 422, false},
-		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"shel":true}`, nil, 400, true},
-		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":999999999}`, nil, 400, false}, // over the configured cap
-		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"../x","content":""}]}`, nil, 400, false},
-		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":5000000}`, nil, 402, false},
-		{"GET", "/v1/runs", "", nil, 200, false},
-		{"GET", "/v1/runs?limit=1", "", nil, 200, false},
-		{"GET", "/v1/runs?limit=0", "", nil, 400, true},
-		{"GET", "/v1/runs?status=succeeded&limit=1", "", nil, 200, false},
-		{"GET", "/v1/runs?status=done", "", nil, 400, true},
-		{"GET", "/v1/runs/" + run.ID, "", nil, 200, false},
-		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 404, false},
-		{"GET", "/v1/runs/" + run.ID, "", []string{"Authorization", "Bearer nope"}, 401, false},
-		{"GET", "/v1/runs/" + run.ID + "/events", "", nil, 200, false},
-		{"GET", "/v1/runs/" + run.ID + "/events?after=2", "", nil, 200, false},
-		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "3"}, 200, false},
-		{"GET", "/v1/runs/" + run.ID + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "1000"}, 204, false},
-		{"POST", "/v1/runs", replay, nil, 201, false},
-		{"POST", "/v1/runs", strings.Replace(replay, `"shell": true`, `"shell": false`, 1), nil, 400, false},
-		{"GET", "/v1/runs?status=succeeded", "", nil, 200, false},
-		{"GET", "/v1/models", "", []string{"Authorization", ""}, 200, false},
-		{"GET", "/v1/balance", "", []string{"Authorization", "", "Cookie", cookie}, 200, false},
-		{"POST", "/v1/runs", productPageRequest, []string{"Authorization", "", "Cookie", cookie, "Sec-Fetch-Site", "cross-site"}, 403, false},
-		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 200, false},
-		{"GET", "/v1/runs/run_00000000000000000000000000000000/recording", "", nil, 404, false},
-		{"POST", "/v1/runs/" + run.ID + "/cancel", "", nil, 200, false},
-		{"DELETE", "/v1/runs/" + run.ID, "", nil, 200, false},
-		{"GET", "/v1/runs/" + run.ID + "/recording", "", nil, 404, false},
-		{"GET", "/v1/balance", "", nil, 200, false},
-		{"POST", "/v1/webhook_secret/rotate", "", nil, 200, false},
-		{"POST", "/v1/runs", withOutputs, nil, 201, false},
-		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"outputs":["/etc/shadow"]}`, nil, 400, false},
-		{"GET", "/v1/runs/" + outRun.ID, "", nil, 200, false},
-		{"GET", "/v1/runs/" + outRun.ID + "/outputs/report.md", "", nil, 200, false},
-		{"GET", "/v1/runs/" + outRun.ID + "/outputs/nope.md", "", nil, 404, false},
-		{"GET", "/v1/runs/" + outRun.ID + "/webhook_deliveries", "", nil, 200, false},
-		{"GET", "/v1/runs/" + run.ID + "/webhook_deliveries", "", nil, 404, false},
-	}
-	if len(outRun.Outputs) != 1 {
-		t.Fatalf("the run with outputs (%s, %+v) kept %+v", outRun.Status, outRun.Error, outRun.Outputs)
-	}
-	for _, c := range calls {
-		checkAgainstDocument(t, router, h, c)
-	}
-	// 429s, for the key's share of run creations and of other requests,
-	// and for the address's share before any key is looked up.
-	for _, c := range []apiCall{
-		{"POST", "/v1/runs", productPageRequest, nil, 201, false},
-		{"POST", "/v1/runs", productPageRequest, nil, 429, false},
-		{"GET", "/v1/balance", "", nil, 200, false},
-		{"GET", "/v1/runs", "", nil, 429, false},
-		{"GET", "/healthz", "", nil, 429, false},
-		{"GET", "/openapi.json", "", nil, 429, false},
-		{"GET", "/v1/runs/run_00000000000000000000000000000000", "", nil, 429, false},
-	} {
-		checkAgainstDocument(t, router, limited, c)
-	}
 }
 
-// apiCall is a request to check against the document and its expected
-// status.
+// registerEventStreamDecoder checks an event stream event by event against
+// the Event schema.
+func registerEventStreamDecoder(t *testing.T, doc *openapi3.T) {
+	eventSchema := doc.Components.Schemas["Event"].Value
+	openapi3filter.RegisterBodyDecoder("text/event-stream", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef,
+		_ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(body)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range parseSSE(b) {
+			if e.event != "timeline" {
+				continue
+			}
+			var v any
+			if err := json.Unmarshal([]byte(e.data), &v); err != nil {
+				return nil, err
+			}
+			if err := eventSchema.VisitJSON(v); err != nil {
+				return nil, fmt.Errorf("event %s: %w", e.id, err)
+			}
+		}
+		return string(b), nil
+	})
+	t.Cleanup(func() { openapi3filter.UnregisterBodyDecoder("text/event-stream") })
+}
+
+// apiCall is a request of the session and the status it must get.
 type apiCall struct {
 	method, path, body string
 	headers            []string
 	wantStatus         int
-	// Some bad requests are ones the document itself forbids: only their
-	// responses are checked.
+	// Some bad requests are ones the document itself forbids: the check
+	// must find them invalid.
 	invalidRequest bool
 }
 
-// checkAgainstDocument sends c to h's handlers and checks the request and
-// the response against the document router was built from.
-func checkAgainstDocument(t *testing.T, router routers.Router, h *harness, c apiCall) {
+// exchange is one request of the recorded session and its response.
+type exchange struct {
+	call   apiCall
+	req    *http.Request // as sent; its body is call.body
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (ex exchange) String() string { return ex.call.method + " " + ex.call.path }
+
+// session is the exchanges recorded, and the daemons they went to.
+type session struct {
+	daemons   []*harness
+	exchanges []exchange
+}
+
+// send sends c to h's handlers, with h's key unless c's headers say
+// otherwise, and records the exchange.
+func (s *session) send(t *testing.T, h *harness, c apiCall) {
 	t.Helper()
 	req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(c.body))
 	if err != nil {
@@ -193,18 +195,6 @@ func checkAgainstDocument(t *testing.T, router routers.Router, h *harness, c api
 	for i := 0; i+1 < len(c.headers); i += 2 {
 		req.Header.Set(c.headers[i], c.headers[i+1])
 	}
-	route, params, err := router.FindRoute(req)
-	if err != nil {
-		t.Fatalf("%s %s: not in the document: %v", c.method, c.path, err)
-	}
-	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
-	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
-	if (reqErr != nil) != c.invalidRequest {
-		t.Fatalf("%s %s: request validation: %v (want invalid: %v)", c.method, c.path, reqErr, c.invalidRequest)
-	}
-	// Validation may have read the body and filled in defaults.
-	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(c.body)), int64(len(c.body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -214,11 +204,313 @@ func checkAgainstDocument(t *testing.T, router routers.Router, h *harness, c api
 	if resp.StatusCode != c.wantStatus {
 		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.path, resp.StatusCode, c.wantStatus, body)
 	}
-	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
-		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)),
+	req.Body = nil
+	s.exchanges = append(s.exchanges, exchange{call: c, req: req, status: resp.StatusCode, header: resp.Header, body: body})
+}
+
+// heldPrompt is the prompt of a run that stays running until canceled.
+const heldPrompt = "hold until canceled"
+
+// recordSession runs a user's session against the real handlers: runs
+// created, listed, followed, canceled and deleted, their recordings,
+// outputs and webhooks, the balance and the models, and every way each of
+// these can fail.
+func recordSession(t *testing.T) *session {
+	h := newHarness(t, harnessConfig{credit: 1_000_000, executor: scriptedExecutor(
+		func(ctx context.Context, spec runs.Spec, rec *runs.Recorder) (runs.Result, error) {
+			if spec.Prompt == heldPrompt {
+				<-ctx.Done()
+				return runs.Result{}, ctx.Err()
+			}
+			return productPageRun(ctx, spec, rec)
+		})})
+	// A daemon whose limits are used up by one request of each kind.
+	limited := newHarness(t, harnessConfig{limits: Limits{
+		KeyRunCreations: Rate{PerSecond: 0.001, Burst: 1}, KeyReads: Rate{PerSecond: 0.001, Burst: 1},
+		AddressRunCreations: Rate{PerSecond: 0.001, Burst: 1}, AddressReads: Rate{PerSecond: 0.001, Burst: 1}}})
+	// A daemon whose database is gone.
+	broken := newHarness(t, harnessConfig{})
+	s := &session{daemons: []*harness{h, limited, broken}}
+
+	run := h.createRun(productPageRequest)
+	h.waitFinished(run.ID)
+	held := h.createRun(strings.Replace(productPageRequest, "This is a sandbox test. Do these steps with the shell and report the real output, never what you expect.", heldPrompt, 1))
+	cookie, _ := h.register("ada@example.org")
+	asBrowser := func(extra ...string) []string {
+		return append([]string{"Authorization", "", "Cookie", cookie}, extra...)
+	}
+	crossSite := asBrowser("Sec-Fetch-Site", "cross-site")
+	badKey := []string{"Authorization", "Bearer eph_not_a_key"}
+	replay := strings.Replace(productPageRequest, `"web": false,`, `"web": false, "replay": "product-page",`, 1)
+	h.do("POST", "/v1/webhook_secret/rotate", "")
+	const withOutputs = `{"prompt":"p","max_cost_micros":40000,"outputs":["report.md","out/*.csv"],"webhook_url":"https://hooks.acme.example/e",` +
+		`"files":[{"path":"run.sh","content":"IyEvYmluL3NoCg==","encoding":"base64","mode":"0755"}]}`
+	outRun := h.waitFinished(h.createRun(withOutputs).ID)
+	if len(outRun.Outputs) != 1 {
+		t.Fatalf("the run with outputs (%s, %+v) kept %+v", outRun.Status, outRun.Error, outRun.Outputs)
+	}
+	var page struct {
+		NextCursor string `json:"next_cursor"`
+	}
+	h.do("GET", "/v1/runs?limit=1", "").decode(t, &page)
+	const unknown = "/v1/runs/run_00000000000000000000000000000000"
+	runPath, outPath := "/v1/runs/"+run.ID, "/v1/runs/"+outRun.ID
+
+	for _, c := range []apiCall{
+		{"GET", "/healthz", "", nil, 200, false},
+		{"GET", "/healthz?deep=1", "", nil, 400, true},
+		{"GET", "/openapi.json", "", nil, 200, false},
+		{"GET", "/openapi.json?format=yaml", "", nil, 400, true},
+
+		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 201, false},
+		{"POST", "/v1/runs", productPageRequest, []string{"Idempotency-Key", "k1"}, 200, false},
+		{"POST", "/v1/runs", strings.Replace(productPageRequest, "120", "60", 1), []string{"Idempotency-Key", "k1"}, 422, false},
+		{"POST", "/v1/runs", replay, nil, 201, false},
+		{"POST", "/v1/runs", strings.Replace(replay, `"shell": true`, `"shell": false`, 1), nil, 400, false},
+		{"POST", "/v1/runs", withOutputs, nil, 201, false},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"shel":true}`, nil, 400, true},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":999999999}`, nil, 400, false}, // over the configured cap
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"files":[{"path":"../x","content":""}]}`, nil, 400, false},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":1,"outputs":["/etc/shadow"]}`, nil, 400, false},
+		{"POST", "/v1/runs?dry_run=1", productPageRequest, nil, 400, true},
+		{"POST", "/v1/runs", `{"prompt":"p","max_cost_micros":5000000}`, nil, 402, false},
+		{"POST", "/v1/runs", productPageRequest, crossSite, 403, false},
+		{"POST", "/v1/runs", `{"prompt":"` + strings.Repeat("x", MaxBodyBytes) + `","max_cost_micros":1}`, nil, 413, true},
+		{"POST", "/v1/runs", productPageRequest, []string{"Content-Type", "text/plain"}, 415, true},
+		{"POST", "/v1/runs", productPageRequest, badKey, 401, false},
+
+		{"GET", "/v1/runs", "", nil, 200, false},
+		{"GET", "/v1/runs?limit=1", "", nil, 200, false},
+		{"GET", "/v1/runs?limit=1&starting_after=" + page.NextCursor, "", nil, 200, false},
+		{"GET", "/v1/runs?status=succeeded&limit=1", "", nil, 200, false},
+		{"GET", "/v1/runs?limit=0", "", nil, 400, true},
+		{"GET", "/v1/runs?status=done", "", nil, 400, true},
+		{"GET", "/v1/runs?Status=succeeded", "", nil, 400, true},
+		{"GET", "/v1/runs", "", badKey, 401, false},
+
+		{"GET", runPath, "", nil, 200, false},
+		{"GET", runPath + "?expand=events", "", nil, 400, true},
+		{"GET", unknown, "", nil, 404, false},
+		{"GET", runPath, "", badKey, 401, false},
+
+		{"GET", runPath + "/events", "", nil, 200, false},
+		{"GET", runPath + "/events?after=2", "", nil, 200, false},
+		{"GET", runPath + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "3"}, 200, false},
+		{"GET", runPath + "/events", "", []string{"Accept", "text/event-stream", "Last-Event-ID", "1000"}, 204, false},
+		{"GET", runPath + "/events?after=-1", "", nil, 400, true},
+		{"GET", unknown + "/events", "", nil, 404, false},
+		{"GET", runPath + "/events", "", badKey, 401, false},
+
+		{"GET", runPath + "/recording", "", nil, 200, false},
+		{"GET", runPath + "/recording?v=1", "", nil, 400, true},
+		{"GET", unknown + "/recording", "", nil, 404, false},
+		{"GET", runPath + "/recording", "", badKey, 401, false},
+
+		{"GET", outPath, "", nil, 200, false},
+		{"GET", outPath + "/outputs/report.md", "", nil, 200, false},
+		{"GET", outPath + "/outputs/report.md?download=1", "", nil, 400, true},
+		{"GET", outPath + "/outputs/nope.md", "", nil, 404, false},
+		{"GET", outPath + "/outputs/report.md", "", badKey, 401, false},
+		{"GET", outPath + "/webhook_deliveries", "", nil, 200, false},
+		{"GET", outPath + "/webhook_deliveries?limit=1", "", nil, 400, true},
+		{"GET", runPath + "/webhook_deliveries", "", nil, 404, false},
+		{"GET", outPath + "/webhook_deliveries", "", badKey, 401, false},
+
+		{"DELETE", "/v1/runs/" + held.ID, "", nil, 409, false},
+		{"POST", "/v1/runs/" + held.ID + "/cancel", "", crossSite, 403, false},
+		{"POST", "/v1/runs/" + held.ID + "/cancel?reason=x", "", nil, 400, true},
+		{"POST", "/v1/runs/" + held.ID + "/cancel", "", nil, 200, false},
+		{"POST", unknown + "/cancel", "", nil, 404, false},
+		{"POST", runPath + "/cancel", "", badKey, 401, false},
+		{"DELETE", runPath, "", crossSite, 403, false},
+		{"DELETE", runPath + "?force=1", "", nil, 400, true},
+		{"DELETE", runPath, "", badKey, 401, false},
+		{"DELETE", runPath, "", nil, 200, false},
+		{"DELETE", unknown, "", nil, 404, false},
+		{"GET", runPath + "/recording", "", nil, 404, false}, // purged
+
+		{"GET", "/v1/balance", "", nil, 200, false},
+		{"GET", "/v1/balance", "", asBrowser(), 200, false},
+		{"GET", "/v1/balance?currency=eur", "", nil, 400, true},
+		{"GET", "/v1/balance", "", badKey, 401, false},
+		{"GET", "/v1/balance", "", asBrowser("Cookie", "ephemeral_session=ended"), 401, false},
+		{"GET", "/v1/models", "", []string{"Authorization", ""}, 200, false},
+		{"GET", "/v1/models?provider=openai", "", nil, 400, true},
+		{"POST", "/v1/webhook_secret/rotate", "", nil, 200, false},
+		{"POST", "/v1/webhook_secret/rotate?force=1", "", nil, 400, true},
+		{"POST", "/v1/webhook_secret/rotate", "", crossSite, 403, false},
+		{"POST", "/v1/webhook_secret/rotate", "", badKey, 401, false},
+
+		// A method a path does not take, on every path; a path the API
+		// does not serve.
+		{"DELETE", "/healthz", "", nil, 405, false},
+		{"POST", "/openapi.json", "", nil, 405, false},
+		{"PUT", "/v1/runs", "", nil, 405, false},
+		{"POST", runPath, "", nil, 405, false},
+		{"GET", runPath + "/cancel", "", nil, 405, false},
+		{"POST", runPath + "/events", "", nil, 405, false},
+		{"POST", runPath + "/recording", "", nil, 405, false},
+		{"DELETE", outPath + "/outputs/report.md", "", nil, 405, false},
+		{"POST", outPath + "/webhook_deliveries", "", nil, 405, false},
+		{"GET", "/v1/webhook_secret/rotate", "", nil, 405, false},
+		{"PATCH", "/v1/balance", "", nil, 405, false},
+		{"POST", "/v1/models", "", nil, 405, false},
+		{"GET", "/v1/nothing", "", nil, 404, false},
+	} {
+		s.send(t, h, c)
+	}
+
+	// Past the limits: one request of each kind uses them up, then every
+	// operation is 429, before its key is looked up.
+	s.send(t, limited, apiCall{"POST", "/v1/runs", productPageRequest, nil, 201, false})
+	s.send(t, limited, apiCall{"GET", "/v1/balance", "", nil, 200, false})
+	for _, c := range everyOperation(run.ID, outRun.ID, 429) {
+		s.send(t, limited, c)
+	}
+
+	// With its database gone, the daemon says it is unhealthy, and every
+	// operation that needs the database fails as the daemon's fault.
+	broken.store.Close()
+	for _, c := range everyOperation(run.ID, outRun.ID, 500) {
+		if c.path == "/healthz" {
+			c.wantStatus = 503
+		}
+		if c.path == "/openapi.json" || c.path == "/v1/models" {
+			c.wantStatus = 200
+		}
+		s.send(t, broken, c)
+	}
+	return s
+}
+
+// everyOperation is one call of each operation expecting status.
+func everyOperation(runID, outRunID string, status int) []apiCall {
+	runPath := "/v1/runs/" + runID
+	return []apiCall{
+		{"GET", "/healthz", "", nil, status, false},
+		{"GET", "/openapi.json", "", nil, status, false},
+		{"POST", "/v1/runs", productPageRequest, nil, status, false},
+		{"GET", "/v1/runs", "", nil, status, false},
+		{"GET", runPath, "", nil, status, false},
+		{"DELETE", runPath, "", nil, status, false},
+		{"POST", runPath + "/cancel", "", nil, status, false},
+		{"GET", runPath + "/events", "", nil, status, false},
+		{"GET", runPath + "/recording", "", nil, status, false},
+		{"GET", "/v1/runs/" + outRunID + "/outputs/report.md", "", nil, status, false},
+		{"GET", "/v1/runs/" + outRunID + "/webhook_deliveries", "", nil, status, false},
+		{"POST", "/v1/webhook_secret/rotate", "", nil, status, false},
+		{"GET", "/v1/balance", "", nil, status, false},
+		{"GET", "/v1/models", "", []string{"Authorization", ""}, status, false},
+	}
+}
+
+// headersDocumented are response headers a client acts on: where one is
+// sent, the document must say so for that operation and status.
+var headersDocumented = []string{"Location", "Retry-After", "WWW-Authenticate", "Allow", "Idempotent-Replayed"}
+
+// checkExchange checks ex's request against route's operation (also that
+// it sends no query parameter the operation does not list) and its
+// response against the status, headers and body the operation documents.
+func checkExchange(t *testing.T, route *routers.Route, params map[string]string, ex exchange) {
+	t.Helper()
+	req := ex.req.Clone(context.Background())
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(ex.call.body)), int64(len(ex.call.body))
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
+	if reqErr == nil {
+		reqErr = undocumentedQuery(route, req)
+	}
+	if (reqErr != nil) != ex.call.invalidRequest {
+		t.Errorf("%s: request validation: %v (want invalid: %v)", ex, reqErr, ex.call.invalidRequest)
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: ex.status,
+		Header: ex.header, Body: io.NopCloser(bytes.NewReader(ex.body)),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true}}
 	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
-		t.Errorf("%s %s: response %d does not match the document: %v\n%s", c.method, c.path, resp.StatusCode, err, body)
+		t.Errorf("%s: response %d does not match the document: %v\n%s", ex, ex.status, err, ex.body)
+	}
+	documented := route.Operation.Responses.Status(ex.status).Value.Headers
+	for _, name := range headersDocumented {
+		if ex.header.Get(name) != "" && documented[name] == nil {
+			t.Errorf("%s: response %d sends %s, which the document does not list", ex, ex.status, name)
+		}
+	}
+}
+
+// undocumentedQuery names a query parameter of req that route's
+// operation does not list.
+func undocumentedQuery(route *routers.Route, req *http.Request) error {
+	listed := map[string]bool{}
+	for _, p := range slices.Concat(route.PathItem.Parameters, route.Operation.Parameters) {
+		if p.Value.In == openapi3.ParameterInQuery {
+			listed[p.Value.Name] = true
+		}
+	}
+	for name := range req.URL.Query() {
+		if !listed[name] {
+			return fmt.Errorf("query parameter %q is not in the document", name)
+		}
+	}
+	return nil
+}
+
+// documentPath is the document's path template that urlPath is an instance
+// of ("" for none): a {parameter} stands for one path element, but the
+// last, {path}, for the rest of the path (an output's path has slashes).
+func documentPath(doc *openapi3.T, urlPath string) string {
+	for _, template := range doc.Paths.InMatchingOrder() {
+		var pattern strings.Builder
+		for _, elem := range strings.Split(template, "/")[1:] {
+			pattern.WriteString("/")
+			switch {
+			case elem == "{path}":
+				pattern.WriteString(".+")
+			case strings.HasPrefix(elem, "{"):
+				pattern.WriteString("[^/]+")
+			default:
+				pattern.WriteString(regexp.QuoteMeta(elem))
+			}
+		}
+		if regexp.MustCompile("^" + pattern.String() + "$").MatchString(urlPath) {
+			return template
+		}
+	}
+	return ""
+}
+
+// checkMethodNotAllowed checks a request with a method its path does not
+// take: 405, the Error body, and Allow naming exactly the methods the
+// document lists for the path (HEAD too where it lists GET), as the
+// MethodNotAllowed response describes.
+func checkMethodNotAllowed(t *testing.T, doc *openapi3.T, path string, ex exchange) {
+	t.Helper()
+	checkErrorBody(t, doc, ex, http.StatusMethodNotAllowed)
+	ops := doc.Paths.Value(path).Operations()
+	var want []string
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+		if ops[m] != nil || (m == "HEAD" && ops["GET"] != nil) {
+			want = append(want, m)
+		}
+	}
+	if got := ex.header.Get("Allow"); got != strings.Join(want, ", ") {
+		t.Errorf("%s: Allow %q, want %q", ex, got, strings.Join(want, ", "))
+	}
+	if doc.Components.Responses["MethodNotAllowed"].Value.Headers["Allow"] == nil {
+		t.Error("the document does not describe the 405 response's Allow header")
+	}
+}
+
+// checkErrorBody checks a response no operation describes: its status and
+// its Error body.
+func checkErrorBody(t *testing.T, doc *openapi3.T, ex exchange, status int) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(ex.body, &v); err != nil || ex.status != status {
+		t.Fatalf("%s: %d %s", ex, ex.status, ex.body)
+	}
+	if err := doc.Components.Schemas["Error"].Value.VisitJSON(v); err != nil {
+		t.Errorf("%s: %v", ex, err)
 	}
 }
 

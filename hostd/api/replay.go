@@ -14,8 +14,9 @@ import (
 // answers: the recorded model turns only fit the prompt, model, tools,
 // connections and files they were recorded with, and a replay that
 // diverges would fail halfway, after its budget was spent on a microVM.
-// Timeout, budget and zero data retention may differ.
-func (s *Server) checkReplay(c canonicalRequest) *apiError {
+// Timeout, budget and zero data retention may differ. A request that
+// names no model gets the recording's, whatever the daemon's default.
+func (s *Server) checkReplay(c *canonicalRequest) *apiError {
 	var recorded json.RawMessage
 	var model string
 	ok := false
@@ -42,6 +43,9 @@ func (s *Server) checkReplay(c canonicalRequest) *apiError {
 	if apiErr != nil {
 		return &apiError{Status: http.StatusInternalServerError, Type: internal, Code: "internal_error",
 			Message: fmt.Sprintf("the example %q has an invalid request: %s", c.Replay, apiErr.Message)}
+	}
+	if c.Model == "" {
+		c.Model = want.Model
 	}
 	field := ""
 	switch {

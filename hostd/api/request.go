@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"path"
 	"reflect"
@@ -27,7 +28,8 @@ import (
 // others keep one run's inputs reasonable for a microVM.
 const (
 	MaxBodyBytes      = 1 << 20
-	MaxPromptBytes    = 100_000
+	MaxPromptChars    = 100_000
+	MaxModelChars     = 200
 	MaxFiles          = 32
 	MaxFileBytes      = 256 << 10
 	MaxFilesBytes     = 768 << 10
@@ -102,6 +104,22 @@ const (
 	encodingText   = "utf-8"
 	encodingBase64 = "base64"
 )
+
+// requireJSON refuses a body sent as anything but JSON in UTF-8: what a
+// client labels otherwise (a form, text) it did not mean as this API's
+// request, and a browser sends a cross-site form without asking first.
+func requireJSON(r *http.Request) *apiError {
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err == nil && mediaType == "application/json" {
+		charset, named := params["charset"]
+		delete(params, "charset")
+		if len(params) == 0 && (!named || strings.EqualFold(charset, "utf-8")) {
+			return nil
+		}
+	}
+	return &apiError{Status: http.StatusUnsupportedMediaType, Type: invalidRequest, Code: "unsupported_media_type", Param: "Content-Type",
+		Message: "the request body must be JSON, sent with Content-Type: application/json"}
+}
 
 // decodeStrict decodes the request body, exactly one JSON value, into v
 // (a pointer): every key must be spelled exactly as one of v's fields and
@@ -185,21 +203,23 @@ var (
 	httpMethods    = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true}
 )
 
-// validate checks ranges and shapes and applies defaults.
+// validate checks ranges and shapes and applies defaults. A replay that
+// names no model is left without one: it runs with its recording's
+// (checkReplay fills it in).
 func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
-	c := canonicalRequest{Model: lim.defaultModel, TimeoutSeconds: DefaultTimeout, Connections: []runs.Connection{}, Files: []canonicalFile{}}
+	c := canonicalRequest{TimeoutSeconds: DefaultTimeout, Connections: []runs.Connection{}, Files: []canonicalFile{}}
 	switch {
 	case req.Prompt == nil:
 		return c, badParam("prompt", "parameter_missing", "prompt is required")
 	case strings.TrimSpace(*req.Prompt) == "":
 		return c, badParam("prompt", "parameter_invalid", "prompt must not be empty")
-	case len(*req.Prompt) > MaxPromptBytes:
-		return c, badParam("prompt", "parameter_invalid", fmt.Sprintf("prompt exceeds %d bytes", MaxPromptBytes))
+	case utf8.RuneCountInString(*req.Prompt) > MaxPromptChars:
+		return c, badParam("prompt", "parameter_invalid", fmt.Sprintf("prompt exceeds %d characters", MaxPromptChars))
 	}
 	c.Prompt = *req.Prompt
 	if req.Model != nil {
-		if *req.Model == "" || len(*req.Model) > 200 {
-			return c, badParam("model", "parameter_invalid", "model must be a model name of 1 to 200 bytes")
+		if n := utf8.RuneCountInString(*req.Model); n == 0 || n > MaxModelChars {
+			return c, badParam("model", "parameter_invalid", fmt.Sprintf("model must be a model name of 1 to %d characters", MaxModelChars))
 		}
 		c.Model = *req.Model
 	}
@@ -208,11 +228,20 @@ func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
 			return c, badParam("replay", "parameter_invalid", "replay must name an example, e.g. \"product-page\"")
 		}
 		c.Replay = *req.Replay
-	} else if lim.validateModel != nil {
+	} else {
+		if c.Model == "" {
+			c.Model = lim.defaultModel
+		}
+		if c.Model == "" {
+			return c, modelRequired(lim.usableModels())
+		}
 		// A replay's model answers from its recording: its provider need
-		// not be configured.
-		if err := lim.validateModel(c.Model); err != nil {
-			return c, badParam("model", "model_not_available", err.Error())
+		// not be configured. Any other run's must be, before anything is
+		// reserved or booted.
+		if lim.validateModel != nil {
+			if err := lim.validateModel(c.Model); err != nil {
+				return c, badParam("model", "model_not_available", err.Error())
+			}
 		}
 	}
 	c.Shell = req.Shell != nil && *req.Shell
@@ -249,6 +278,21 @@ func (req *runRequest) validate(lim limits) (canonicalRequest, *apiError) {
 		c.WebhookURL = *req.WebhookURL
 	}
 	return c, nil
+}
+
+// modelRequired refuses a request that names no model where no default
+// is configured: the model is not guessed.
+func modelRequired(usable []string) *apiError {
+	e := badParam("model", "model_required", "")
+	if len(usable) == 0 {
+		e.Message = "model is required, and no model is usable: the daemon's operator must configure a model provider " +
+			"(openai-api-key or openai-base-url, anthropic-api-key or anthropic-base-url)"
+		return e
+	}
+	e.Message = fmt.Sprintf("model is required: this daemon has no default model (the default-model setting, "+
+		"EPHEMERAL_DEFAULT_MODEL). Usable models: %s", strings.Join(usable, ", "))
+	e.UsableModels = usable
+	return e
 }
 
 // validateOutputs checks the patterns of the files to copy out when the

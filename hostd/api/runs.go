@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
+	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -160,6 +161,10 @@ func (s *Server) RunObject(ctx context.Context, orgID, runID string) ([]byte, er
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string) {
+	if apiErr := requireJSON(r); apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" && !validIdempotencyKey(key) {
 		writeError(w, &apiError{Status: http.StatusBadRequest, Type: invalidRequest, Code: "parameter_invalid",
@@ -173,9 +178,16 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 	}
 	canon, apiErr := req.validate(s.lim)
 	if apiErr == nil && canon.Replay != "" {
-		apiErr = s.checkReplay(canon)
+		apiErr = s.checkReplay(&canon)
 	}
 	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	if apiErr, err := s.checkBudget(canon.spec(orgID)); err != nil {
+		s.internalError(w, r, err)
+		return
+	} else if apiErr != nil {
 		writeError(w, apiErr)
 		return
 	}
@@ -217,6 +229,24 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, orgID string)
 		w.Header().Set("Idempotent-Replayed", "true")
 		s.writeRun(w, r, http.StatusOK, run)
 	}
+}
+
+// checkBudget refuses a budget that cannot pay for the run's first model
+// call (see agent.Executor.MinimumBudget for the formula), before anything
+// is reserved or booted.
+func (s *Server) checkBudget(spec runs.Spec) (*apiError, error) {
+	if s.lim.minimumBudget == nil {
+		return nil, nil
+	}
+	least, err := s.lim.minimumBudget(spec)
+	if err != nil || spec.MaxCostMicros >= least {
+		return nil, err
+	}
+	e := badParam("max_cost_micros", "budget_too_small", fmt.Sprintf("max_cost_micros %d (%s) cannot pay for this run's first model call: "+
+		"it needs at least %d (%s): the prompt, the system prompt and the tools at %s's input price, the shortest answer at its output price, "+
+		"and one VM-second of compute", spec.MaxCostMicros, money.Format(spec.MaxCostMicros), least, money.Format(least), spec.Model))
+	e.MinimumMicros = least
+	return e, nil
 }
 
 var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{32}$`)

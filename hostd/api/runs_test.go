@@ -78,7 +78,7 @@ func TestRejectsBadInput(t *testing.T) {
 		code   string
 		param  string
 	}{
-		{"empty body", "", nil, 400, "invalid_json", ""},
+		{"empty body", "", []string{"Content-Type", "application/json"}, 400, "invalid_json", ""},
 		{"not json", "{prompt", nil, 400, "invalid_json", ""},
 		{"array", `[1]`, nil, 400, "parameter_invalid_type", ""},
 		{"trailing data", `{"prompt":"p","max_cost_micros":1} {}`, nil, 400, "invalid_json", ""},
@@ -87,7 +87,7 @@ func TestRejectsBadInput(t *testing.T) {
 		{"prompt missing", `{"max_cost_micros":1}`, nil, 400, "parameter_missing", "prompt"},
 		{"prompt blank", `{"prompt":"  ","max_cost_micros":1}`, nil, 400, "parameter_invalid", "prompt"},
 		{"prompt wrong type", `{"prompt":5,"max_cost_micros":1}`, nil, 400, "parameter_invalid_type", "prompt"},
-		{"prompt too long", `{"prompt":"` + strings.Repeat("a", MaxPromptBytes+1) + `","max_cost_micros":1}`, nil, 400, "parameter_invalid", "prompt"},
+		{"prompt too long", `{"prompt":"` + strings.Repeat("a", MaxPromptChars+1) + `","max_cost_micros":1}`, nil, 400, "parameter_invalid", "prompt"},
 		{"shell wrong type", `{"prompt":"p","max_cost_micros":1,"shell":"yes"}`, nil, 400, "parameter_invalid_type", "shell"},
 		{"web wrong type", `{"prompt":"p","max_cost_micros":1,"web":1}`, nil, 400, "parameter_invalid_type", "web"},
 		{"zdr wrong type", `{"prompt":"p","max_cost_micros":1,"zero_data_retention":"true"}`, nil, 400, "parameter_invalid_type", "zero_data_retention"},
@@ -443,6 +443,8 @@ func TestHardTimeout(t *testing.T) {
 		if err := rec.Event(timeline.MicroVM, timeline.MicroVMReady, nil); err != nil {
 			return runs.Result{}, err
 		}
+		ctx, stop := rec.StartClock(ctx)
+		defer stop()
 		<-ctx.Done() // a command that never finishes
 		return runs.Result{}, rec.Charge(ledger.Usage{VMTime: spec.Timeout})
 	})})

@@ -49,6 +49,9 @@ type Config struct {
 	MaxCostMicros  int64
 	MaxModelTurns  int
 	CommandTimeout time.Duration
+	// BootTimeout bounds a run's boot; the run's own timeout starts when
+	// its microVM is ready.
+	BootTimeout time.Duration
 	// MaxRecordingBytes and MaxTimelineBytes cap what one run stores of
 	// its model turns and of its timeline's content.
 	MaxRecordingBytes int64
@@ -123,6 +126,7 @@ func Defaults() Config {
 		MaxCostMicros:            100_000_000,
 		MaxModelTurns:            20,
 		CommandTimeout:           60 * time.Second,
+		BootTimeout:              time.Minute,
 		MaxRecordingBytes:        8 << 20,
 		MaxTimelineBytes:         4 << 20,
 		MaxOutputFileBytes:       10 << 20,
@@ -130,7 +134,8 @@ func Defaults() Config {
 		WebhookAttempts:          6,
 		WebhookFirstRetry:        30 * time.Second,
 		WebhookTimeout:           10 * time.Second,
-		DefaultModel:             "openai/gpt-6-luna",
+		// No default model: which model a request runs with is not guessed.
+		DefaultModel:             "",
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
 		DebianMirror:             "http://deb.debian.org/debian",
@@ -227,6 +232,7 @@ var Settings = []Setting{
 	{Name: "max-cost-micros", Usage: "largest max_cost_micros one run may ask for", field: func(c *Config) any { return &c.MaxCostMicros }},
 	{Name: "max-model-turns", Usage: "model calls one run may make", field: func(c *Config) any { return &c.MaxModelTurns }},
 	{Name: "command-timeout", Usage: "longest one shell command of the agent may run", field: func(c *Config) any { return &c.CommandTimeout }},
+	{Name: "boot-timeout", Usage: "longest a run's microVM may take to be ready (the run then fails as boot_timeout); a run's timeout_seconds starts when its microVM is ready", field: func(c *Config) any { return &c.BootTimeout }},
 	{Name: "max-recording-bytes", Usage: "bytes one run's recording of its model turns may store; later turns are not recorded and the recording is marked truncated", field: func(c *Config) any { return &c.MaxRecordingBytes }},
 	{Name: "max-timeline-bytes", Usage: "bytes one run's timeline may store of commands, output and web calls; what passes it is left out, and a last entry says how much", field: func(c *Config) any { return &c.MaxTimelineBytes }},
 	{Name: "max-output-file-bytes", Usage: "bytes one output file of a run may have; a larger one is skipped, and an Output entry says so", field: func(c *Config) any { return &c.MaxOutputFileBytes }},
@@ -234,7 +240,7 @@ var Settings = []Setting{
 	{Name: "webhook-attempts", Usage: "POSTs one webhook delivery gets before it has failed", field: func(c *Config) any { return &c.WebhookAttempts }},
 	{Name: "webhook-first-retry", Usage: "wait after a webhook's first failed attempt; each later wait is three times the one before, give or take 20%", field: func(c *Config) any { return &c.WebhookFirstRetry }},
 	{Name: "webhook-timeout", Usage: "longest one webhook attempt may take, the receiver's answer included", field: func(c *Config) any { return &c.WebhookTimeout }},
-	{Name: "default-model", Usage: "model used when a request names none", field: func(c *Config) any { return &c.DefaultModel }},
+	{Name: "default-model", Usage: "model a request that names none runs with; empty: such a request is refused (400 model_required, listing the usable models)", field: func(c *Config) any { return &c.DefaultModel }},
 	{Name: "compute-micros-per-vm-second", Usage: "compute price in micro-dollars per VM-second", field: func(c *Config) any { return &c.ComputeMicrosPerVMSecond }},
 	{Name: "web-micros-per-request", Usage: "price of one brokered web request in micro-dollars", field: func(c *Config) any { return &c.WebMicrosPerRequest }},
 	{Name: "openai-base-url", Usage: "OpenAI-compatible Chat Completions base URL, ending before /chat/completions (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp)", field: func(c *Config) any { return &c.OpenAIBaseURL }},

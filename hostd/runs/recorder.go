@@ -28,6 +28,9 @@ type Recorder struct {
 	recording     *recording.Writer
 	timeline      *timelineCap
 
+	// clock bounds the run in time; set before the Executor runs.
+	clock *runClock
+
 	mu   sync.Mutex
 	stop context.CancelCauseFunc
 	// files are a zero-data-retention run's outputs, held until the run
@@ -234,6 +237,17 @@ func (r *Recorder) takeFiles() []store.Output {
 // Remaining is what the run may still spend, in micros: check it before
 // starting something that costs money.
 func (r *Recorder) Remaining() int64 { return r.meter.Remaining() }
+
+// StartClock starts the run's timeout: the Executor calls it when the
+// run's microVM is ready, since neither the queue nor the boot counts
+// against timeout_seconds (until then the boot limit bounds the run). It
+// returns ctx bounded by the run's deadline, for the work that follows
+// and for what needs to know the time left; the run is stopped at the
+// deadline whichever context its work uses. Calling it again returns the
+// same deadline.
+func (r *Recorder) StartClock(ctx context.Context) (context.Context, context.CancelFunc) {
+	return r.clock.start(ctx)
+}
 
 // BootDuration reports how long the run's microVM took to become ready.
 func (r *Recorder) BootDuration(d time.Duration) { r.svc.BootDurations.Observe(d) }

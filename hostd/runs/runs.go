@@ -90,6 +90,9 @@ type Config struct {
 	MaxConcurrent   int           // runs executing at once across the daemon; 0: DefaultMaxConcurrent()
 	MaxActivePerOrg int           // queued+running runs per organisation
 	Retention       time.Duration // how long run content is kept after the run ends
+	// BootTimeout bounds how long a run's microVM may take to be ready
+	// (0: DefaultBootTimeout); the run's own timeout starts after it.
+	BootTimeout time.Duration
 	// MaxRecordingBytes caps one run's recording of its model turns
 	// (0: DefaultMaxRecordingBytes); the turns after it are not recorded.
 	MaxRecordingBytes int64
@@ -178,6 +181,9 @@ func New(st *store.Store, hub *timeline.Hub, cfg Config) *Service {
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
 	}
 	if cfg.MaxRecordingBytes <= 0 {
 		cfg.MaxRecordingBytes = DefaultMaxRecordingBytes
@@ -442,15 +448,20 @@ func (e *runError) Error() string   { return e.err.Error() }
 func (e *runError) Unwrap() []error { return []error{e.err, e.cause} }
 
 func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
-	ctx, cancelTimeout := context.WithTimeoutCause(ctx, spec.Timeout, errTimeout)
-	defer cancelTimeout()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	rec.setStop(stop)
+	clock := newRunClock(stop, s.cfg.BootTimeout, spec.Timeout)
+	defer clock.halt()
+	rec.clock = clock
 	res, err := s.cfg.Executor.Execute(ctx, spec, rec)
 	// Once the run's context has ended (timeout, budget, cancel), that is
 	// how the run ended, even if the Executor reports success.
-	if cause := context.Cause(ctx); cause != nil {
+	cause := context.Cause(ctx)
+	if cause == nil && clock.expired() {
+		cause = errTimeout
+	}
+	if cause != nil {
 		if err == nil {
 			err = cause
 		}
@@ -459,11 +470,35 @@ func (s *Service) run(ctx context.Context, spec Spec, rec *Recorder) (Result, er
 	return res, err
 }
 
+// Failure is an Executor's error that tells the user why the run failed,
+// and what to do about it, under an error code of its own (the run's
+// error.code) instead of run_failed.
+type Failure struct {
+	// Code is the run's error code, e.g. "provider_auth_failed".
+	Code string
+	// Message is in the system's own words, so it is shown even under
+	// zero data retention.
+	Message string
+	// Err is the cause; its text (which may quote a provider) is
+	// withheld under zero data retention.
+	Err error
+}
+
+func (f *Failure) Error() string {
+	if f.Err == nil {
+		return f.Message
+	}
+	return f.Message + " (" + f.Err.Error() + ")"
+}
+
+func (f *Failure) Unwrap() error { return f.Err }
+
 // outcome classifies how a run ended. The budget wins over everything else
 // because a run stopped at its limit must say so, whatever error the
 // Executor returned while being stopped.
-func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st store.Status, code, category, message string) {
+func (s *Service) outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st store.Status, code, category, message string) {
 	cause := context.Cause(ctx)
+	var failure *Failure
 	switch {
 	// An Executor may also stop before a charge hits the limit, when what
 	// is left cannot pay for anything useful.
@@ -475,6 +510,14 @@ func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st s
 		return store.Failed, "daemon_shutdown", timeline.Failed, "the daemon shut down while this run was active"
 	case errors.Is(execErr, errTimeout):
 		return store.TimedOut, "timeout", timeline.TimedOut, timeline.TimedOutAfter(int(spec.Timeout / time.Second))
+	case errors.Is(execErr, errBootTimeout):
+		return store.Failed, "boot_timeout", timeline.Failed, fmt.Sprintf("the microVM was not ready within the boot limit of %d s; "+
+			"the run's timeout had not started and no compute was charged", int(s.cfg.BootTimeout/time.Second))
+	case errors.As(execErr, &failure):
+		if spec.ZeroDataRetention {
+			return store.Failed, failure.Code, timeline.Failed, failure.Message
+		}
+		return store.Failed, failure.Code, timeline.Failed, failure.Error()
 	case execErr != nil:
 		msg := execErr.Error()
 		if spec.ZeroDataRetention {
@@ -487,7 +530,7 @@ func outcome(ctx context.Context, rec *Recorder, spec Spec, execErr error) (st s
 }
 
 func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Result, execErr error) {
-	st, code, category, message := outcome(ctx, rec, spec, execErr)
+	st, code, category, message := s.outcome(ctx, rec, spec, execErr)
 	usage, cost := rec.meter.Snapshot()
 	if st == store.Succeeded {
 		message = timeline.ModelSummary(usage.ModelCalls, usage.Tokens())

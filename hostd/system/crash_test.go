@@ -68,6 +68,9 @@ func (p *daemonProcess) call(t *testing.T, method, path, key, body string, out a
 	t.Helper()
 	req, _ := http.NewRequest(method, p.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

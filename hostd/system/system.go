@@ -159,6 +159,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 	}
 	s.Hub = timeline.NewHub()
 
+	rates := ledger.Rates{ComputeMicrosPerVMSecond: cfg.ComputeMicrosPerVMSecond, WebMicrosPerRequest: cfg.WebMicrosPerRequest}
 	executor, reconcile := opts.Executor, opts.Reconcile
 	if executor == nil {
 		if s.Sandboxes, err = newSandboxes(cfg, opts.SandboxDir, s.Log, opts.SingleRun); err != nil {
@@ -190,6 +191,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 			CommandTimeout:     cfg.CommandTimeout,
 			MaxOutputFileBytes: cfg.MaxOutputFileBytes,
 			MaxOutputBytes:     cfg.MaxOutputBytes,
+			Rates:              rates,
 		})
 		if err != nil {
 			return nil, err
@@ -215,14 +217,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		Logger:          s.Log,
 	})
 	s.Runs = runs.New(s.Store, s.Hub, runs.Config{
-		Executor: executor,
-		Rates: ledger.Rates{
-			ComputeMicrosPerVMSecond: cfg.ComputeMicrosPerVMSecond,
-			WebMicrosPerRequest:      cfg.WebMicrosPerRequest,
-		},
+		Executor:          executor,
+		Rates:             rates,
 		MaxConcurrent:     cfg.MaxConcurrentRuns,
 		MaxActivePerOrg:   cfg.MaxActiveRunsPerOrg,
 		Retention:         cfg.Retention,
+		BootTimeout:       cfg.BootTimeout,
 		MaxRecordingBytes: cfg.MaxRecordingBytes,
 		MaxTimelineBytes:  cfg.MaxTimelineBytes,
 		Reconcile:         reconcile,
@@ -236,10 +236,15 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		Provision:           s.ProvisionOrg,
 		Logger:              s.Log,
 	})
+	var minimumBudget func(runs.Spec) (int64, error)
+	if s.Agent != nil {
+		minimumBudget = s.Agent.MinimumBudget
+	}
 	s.API = api.New(s.Store, s.Runs, api.Config{
 		DefaultModel:  cfg.DefaultModel,
 		MaxCostMicros: cfg.MaxCostMicros,
 		ValidateModel: func(name string) error { _, err := s.Models.Lookup(name); return err },
+		MinimumBudget: minimumBudget,
 		Limits:        apiLimits(cfg),
 		Webhooks:      s.WebhookSecrets,
 		Logger:        s.Log,
@@ -400,7 +405,9 @@ func (s *System) LogModels() {
 		return
 	}
 	s.Log.Info("models usable", "models", usable, "default", s.Config.DefaultModel)
-	if _, err := s.Models.Lookup(s.Config.DefaultModel); err != nil {
+	if s.Config.DefaultModel == "" {
+		s.Log.Info("no default model (default-model): requests must name a model")
+	} else if _, err := s.Models.Lookup(s.Config.DefaultModel); err != nil {
 		s.Log.Warn("the default model is not usable: requests must name a model", "default", s.Config.DefaultModel, "err", err)
 	}
 }

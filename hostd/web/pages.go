@@ -11,6 +11,7 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 )
@@ -209,8 +210,16 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 	default:
 		req.Model = s.cfg.DefaultModel
 	}
+	models := s.cfg.Models()
+	if req.Model == "" {
+		// No default model: the form starts on the first usable one,
+		// which the request then names.
+		if i := slices.IndexFunc(models, func(m registry.Status) bool { return m.Usable }); i >= 0 {
+			req.Model = models[i].Name
+		}
+	}
 	usable := false
-	for _, m := range s.cfg.Models() {
+	for _, m := range models {
 		usable = usable || m.Usable
 		label := m.Name
 		switch {

@@ -37,6 +37,13 @@ type fixture struct {
 // configured.
 func newFixture(t *testing.T, provider bool) *fixture {
 	t.Helper()
+	return newFixtureDefault(t, provider, "openai/gpt-6-luna")
+}
+
+// newFixtureDefault is newFixture with defaultModel as the daemon's
+// default model ("": none).
+func newFixtureDefault(t *testing.T, provider bool, defaultModel string) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "ephemeral.db"))
 	if err != nil {
@@ -62,7 +69,7 @@ func newFixture(t *testing.T, provider bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: st, Accounts: accts, Examples: set, Models: models.Models, DefaultModel: "openai/gpt-6-luna",
+	srv, err := New(Config{Store: st, Accounts: accts, Examples: set, Models: models.Models, DefaultModel: defaultModel,
 		Retention: 30 * 24 * time.Hour, StarterCreditMicros: 1_000_000})
 	if err != nil {
 		t.Fatal(err)
@@ -539,6 +546,18 @@ func TestPlaygroundIsFilledFromAnExample(t *testing.T) {
 		`value="example-crm GET"`, `name="replay" value="product-page">`, `id="register-and-run"`)
 	if strings.Contains(p.body, `id="offline"`) {
 		t.Error("the playground says no provider is configured")
+	}
+}
+
+// Without a default model, the playground starts on the first usable
+// model, and the request it shows names it.
+func TestPlaygroundWithoutADefaultModel(t *testing.T) {
+	f := newFixtureDefault(t, true, "")
+	p := f.browser().get("/playground")
+	// Sorted by name, "claude-…" come first, but only OpenAI has a key.
+	mustContain(t, "the playground", p.body, `<option value="gpt-4.1" selected>`)
+	if strings.Count(p.body, " selected>") != 1 {
+		t.Errorf("not exactly one model selected")
 	}
 }
 

@@ -230,7 +230,7 @@ func startBenchDaemon(ctx context.Context, parent string, n int, log io.Writer) 
 	cfg.StateDir = d.dir
 	// The default model must be usable for runs to be accepted; the
 	// executor never calls it.
-	cfg.OpenAIBaseURL = "http://127.0.0.1:9/v1"
+	cfg.OpenAIBaseURL, cfg.DefaultModel = "http://127.0.0.1:9/v1", "openai/gpt-6-luna"
 	// The bench is one client sending as fast as it can: the API's abuse
 	// limits would answer it 429.
 	cfg.LimitKeyRunCreations, cfg.LimitKeyReads, cfg.LimitKeyStreams = 1_000_000, 1_000_000, 1_000_000

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/model"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
@@ -35,7 +38,7 @@ var runCommand = &cli.Command{
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "replay", Usage: "recording whose model turns to replay"},
 		&cli.StringFlag{Name: "prompt", Usage: "task for a live model"},
-		&cli.StringFlag{Name: "model", Value: "openai/gpt-6-luna", Usage: "live model (ignored with --replay)"},
+		&cli.StringFlag{Name: "model", Usage: "live model (ignored with --replay)", DefaultText: "the default-model setting"},
 		&cli.BoolFlag{Name: "shell", Value: true, Usage: "grant the shell (ignored with --replay)"},
 		&cli.BoolFlag{Name: "web", Usage: "grant web access through the broker (ignored with --replay)"},
 		&cli.DurationFlag{Name: "timeout", Value: 120 * time.Second, Usage: "hard timeout of the run"},
@@ -91,6 +94,11 @@ func runOnce(c *cli.Context) error {
 		return err
 	}
 	defer sys.Close()
+	if spec.Replay == "" {
+		if spec.Model, err = liveModel(spec.Model, loaded.Config.DefaultModel, sys.Models); err != nil {
+			return err
+		}
+	}
 	if err := sys.Start(ctx); err != nil {
 		return err
 	}
@@ -99,6 +107,27 @@ func runOnce(c *cli.Context) error {
 		return err
 	}
 	return runOutcome(string(run.Status), run.ErrorMessage)
+}
+
+// liveModel is the model a live run uses: the one named, else the
+// configured default; refused before anything boots when none is named or
+// its provider is not configured.
+func liveModel(named, configured string, models *registry.Registry) (string, error) {
+	name := cmp.Or(named, configured)
+	if name == "" {
+		return "", fmt.Errorf("run: give --model NAME (no default-model is configured); usable models: %s", usableList(models))
+	}
+	if _, err := models.Lookup(name); err != nil {
+		return "", fmt.Errorf("run: %w; usable models: %s", err, usableList(models))
+	}
+	return name, nil
+}
+
+func usableList(models *registry.Registry) string {
+	if names := models.Names(); len(names) > 0 {
+		return strings.Join(names, ", ")
+	}
+	return "none (configure a model provider: see ephemeral serve --help)"
 }
 
 // loadReplay loads a recording, or an example document's (see package

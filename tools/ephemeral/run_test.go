@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 )
 
@@ -66,5 +67,27 @@ func TestReplayRefusesBadRecordings(t *testing.T) {
 	}
 	if _, err := loadReplay(filepath.Join(dir, "missing.json"), &runs.Spec{}); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// A live run uses the model named, else the configured default; with
+// neither, or with a model whose provider is not configured, it stops
+// before booting anything and lists the usable models.
+func TestLiveModelIsNamedOrConfigured(t *testing.T) {
+	models, err := registry.New(registry.Config{OpenAI: registry.ProviderConfig{APIKey: "sk-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := liveModel("gpt-4o-mini", "gpt-4o", models); err != nil || m != "gpt-4o-mini" {
+		t.Errorf("named: %q %v", m, err)
+	}
+	if m, err := liveModel("", "gpt-4o", models); err != nil || m != "gpt-4o" {
+		t.Errorf("configured: %q %v", m, err)
+	}
+	for named, want := range map[string]string{"": "give --model NAME (no default-model is configured)", "claude-haiku-4-5": "anthropic-api-key"} {
+		_, err := liveModel(named, "", models)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "usable models: gpt-4.1,") {
+			t.Errorf("%q: %v", named, err)
+		}
 	}
 }

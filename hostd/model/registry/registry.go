@@ -34,6 +34,17 @@ const (
 	ProviderAnthropic = "anthropic"
 )
 
+// Settings names the configuration settings (package config) that hold a
+// built-in provider's API key and base URL, for messages that tell an
+// operator what to fix; empty for any other provider.
+func Settings(provider string) (apiKey, baseURL string) {
+	switch provider {
+	case ProviderOpenAI, ProviderAnthropic:
+		return provider + "-api-key", provider + "-base-url"
+	}
+	return "", ""
+}
+
 // ModelConfig declares one model.
 type ModelConfig struct {
 	// Name is what requests put in "model" and what is sent to the
@@ -173,7 +184,12 @@ func (r *Registry) Lookup(name string) (Model, error) {
 	}
 	p, ok := r.providers[e.cfg.Provider]
 	if !ok {
-		return Model{}, fmt.Errorf("model %q needs provider %q (set its API key or base URL): %w", name, e.cfg.Provider, ErrProviderNotConfigured)
+		how := "its API key or base URL"
+		if key, url := Settings(e.cfg.Provider); key != "" {
+			how = "the " + key + " or " + url + " setting"
+		}
+		return Model{}, fmt.Errorf("model %q needs provider %q, which this daemon has not configured (%s): %w",
+			name, e.cfg.Provider, how, ErrProviderNotConfigured)
 	}
 	return Model{
 		Name: name, ProviderName: e.cfg.Provider, Provider: p,

@@ -56,7 +56,7 @@ func serve(stateDir, reconciled string) error {
 	cfg.StateDir, cfg.Listen = stateDir, "127.0.0.1:0"
 	// The default model must be usable for runs to be accepted; the
 	// blocking executor never calls it.
-	cfg.OpenAIBaseURL = "http://127.0.0.1:9/v1"
+	cfg.OpenAIBaseURL, cfg.DefaultModel = "http://127.0.0.1:9/v1", "openai/gpt-6-luna"
 	sys, err := system.New(ctx, cfg, system.Options{
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Executor: blockingExecutor{},
