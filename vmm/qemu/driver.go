@@ -156,7 +156,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	// (-runas), which clears the parent-death signal: from then on a
 	// crashed daemon leaves it running until KillLeftover finds it at the
 	// next start.
-	m.proc, err = vmproc.Start(cmd)
+	m.proc, err = vmproc.Start(cmd, cfg.Cgroup)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}
