@@ -63,7 +63,7 @@ func TestArgsTCG(t *testing.T) {
 	}
 	want := map[string][]string{
 		"-M":       {"microvm"},
-		"-accel":   {"tcg"},
+		"-accel":   {"tcg,tb-size=128"},
 		"-cpu":     {"qemu64"},
 		"-m":       {"512"},
 		"-smp":     {"2"},
