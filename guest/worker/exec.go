@@ -88,6 +88,12 @@ func (r *Runner) Run(ctx context.Context, req vsockproto.ExecRequest, stdio vsoc
 	}
 
 	p, err := r.start(path, argv, env, dir, acct)
+	if errors.Is(err, unix.EAGAIN) {
+		// The user has all the processes its limit allows (RLIMIT_NPROC,
+		// set by the init); a shell that cannot fork fails the same way.
+		fmt.Fprintf(stdio.Stderr, "%s: cannot start: user %s has as many processes as it may%s\n", argv[0], user, processLimit())
+		return vsockproto.ExitStatus{Code: 126}, nil
+	}
 	if err != nil {
 		return vsockproto.ExitStatus{}, err
 	}
@@ -268,6 +274,15 @@ func forwardSignals(pgid int, signals <-chan int, stop <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// processLimit describes RLIMIT_NPROC for a message, e.g. " (256)".
+func processLimit() string {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &lim) != nil || lim.Cur == unix.RLIM_INFINITY {
+		return ""
+	}
+	return fmt.Sprintf(" (%d)", lim.Cur)
 }
 
 // killGroup SIGKILLs every process in the command's group.

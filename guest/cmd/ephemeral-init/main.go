@@ -84,6 +84,10 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.MountAll(initd.EarlyMounts); err != nil {
 		return nil, hello, err
 	}
+	lim, err := initd.ReadLimits()
+	if err != nil {
+		return nil, hello, err
+	}
 	if err := initd.LoadModules(); err != nil {
 		return nil, hello, err
 	}
@@ -93,10 +97,10 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.WaitForDevice(waitCtx, rootDisk); err != nil {
 		return nil, hello, err
 	}
-	if err := initd.SwitchToOverlayRoot(rootDisk); err != nil {
+	if err := initd.SwitchToOverlayRoot(rootDisk, lim.OverlayMiB); err != nil {
 		return nil, hello, err
 	}
-	if err := initd.MountAll(initd.RootMounts); err != nil {
+	if err := initd.MountAll(initd.WithSizes(initd.RootMounts, initd.RootMountSizes(lim))); err != nil {
 		return nil, hello, err
 	}
 	if err := initd.MakeDevLinks(); err != nil {
@@ -114,6 +118,12 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	}
 	scratch, err := initd.CreateScratch("/tmp", int(acct.UID), int(acct.GID))
 	if err != nil {
+		return nil, hello, err
+	}
+	if err := initd.MountAll([]initd.Mount{initd.ScratchMount(scratch, lim.ScratchMiB, int(acct.UID), int(acct.GID))}); err != nil {
+		return nil, hello, err
+	}
+	if err := initd.LimitUserProcesses(lim.WorkerProcesses); err != nil {
 		return nil, hello, err
 	}
 	runner := &worker.Runner{Reaper: worker.NewReaper(), Root: "/", ScratchDir: scratch}
