@@ -15,6 +15,9 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/ephemeralhq/ephemeral/guest/limits"
+	"github.com/ephemeralhq/ephemeral/vmm"
 )
 
 // Config is every setting, typed. Defaults returns its default values.
@@ -58,6 +61,14 @@ type Config struct {
 	// DebianMirror is where `ephemeral image build` gets the guest's
 	// packages.
 	DebianMirror string
+
+	// VMMMemoryOverheadMiB and the Guest limits bound each sandbox (see
+	// sandbox.Limits).
+	VMMMemoryOverheadMiB int
+	GuestScratchMiB      int
+	GuestTmpMiB          int
+	GuestOverlayMiB      int
+	GuestWorkerProcesses int
 }
 
 // VMM choices.
@@ -69,6 +80,7 @@ const (
 
 // Defaults is the configuration nothing overrides.
 func Defaults() Config {
+	guest := limits.Defaults()
 	return Config{
 		StateDir:        "/var/lib/ephemeral",
 		Listen:          "127.0.0.1:8080",
@@ -88,6 +100,11 @@ func Defaults() Config {
 		ComputeMicrosPerVMSecond: 240,
 		WebMicrosPerRequest:      100,
 		DebianMirror:             "http://deb.debian.org/debian",
+		VMMMemoryOverheadMiB:     vmm.DefaultMemoryOverheadMiB,
+		GuestScratchMiB:          guest.ScratchMiB,
+		GuestTmpMiB:              guest.TmpMiB,
+		GuestOverlayMiB:          guest.OverlayMiB,
+		GuestWorkerProcesses:     guest.WorkerProcesses,
 	}
 }
 
@@ -171,6 +188,11 @@ var Settings = []Setting{
 	{Name: "models-file", Usage: `JSON file of models and prices: {"models":[{"name","provider","price"}]}`, field: func(c *Config) any { return &c.ModelsFile }},
 	{Name: "secret-key", Usage: "key sealing connection secrets, 64 hex digits (default: <state-dir>/secret.key)", Secret: true, field: func(c *Config) any { return &c.SecretKey }},
 	{Name: "debian-mirror", Usage: "Debian mirror the guest image is built from (ephemeral image build)", field: func(c *Config) any { return &c.DebianMirror }},
+	{Name: "vmm-memory-overhead-mib", Usage: "memory (MiB) a VMM may use beyond its guest's RAM: its cgroup's memory limit is the guest's RAM plus this", field: func(c *Config) any { return &c.VMMMemoryOverheadMiB }},
+	{Name: "guest-scratch-mib", Usage: "size (MiB, in the guest's RAM) of the scratch directory where commands run; a full one fails writes with ENOSPC", field: func(c *Config) any { return &c.GuestScratchMiB }},
+	{Name: "guest-tmp-mib", Usage: "size (MiB, in the guest's RAM) of the guest's /tmp", field: func(c *Config) any { return &c.GuestTmpMiB }},
+	{Name: "guest-overlay-mib", Usage: "what (MiB, in the guest's RAM) commands may write elsewhere in the guest's root filesystem, their home included", field: func(c *Config) any { return &c.GuestOverlayMiB }},
+	{Name: "guest-worker-processes", Usage: "processes and threads the guest's worker user may have at once, across its commands", field: func(c *Config) any { return &c.GuestWorkerProcesses }},
 }
 
 // Lookup finds a setting by name.
@@ -213,7 +235,10 @@ func (c Config) Validate() error {
 		v    int64
 	}{{"max-concurrent-runs", int64(c.MaxConcurrentRuns)}, {"max-active-runs-per-org", int64(c.MaxActiveRunsPerOrg)},
 		{"max-cost-micros", c.MaxCostMicros}, {"max-model-turns", int64(c.MaxModelTurns)},
-		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes}} {
+		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes},
+		{"vmm-memory-overhead-mib", int64(c.VMMMemoryOverheadMiB)}, {"guest-scratch-mib", int64(c.GuestScratchMiB)},
+		{"guest-tmp-mib", int64(c.GuestTmpMiB)}, {"guest-overlay-mib", int64(c.GuestOverlayMiB)},
+		{"guest-worker-processes", int64(c.GuestWorkerProcesses)}} {
 		if n.v <= 0 {
 			bad(n.name, "must be positive, got %d", n.v)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/cgroup"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -66,6 +67,12 @@ type Manager struct {
 	mu       sync.Mutex
 	live     map[string]*Sandbox // guarded by mu
 	draining bool                // guarded by mu
+
+	limits Limits
+	// cgroups confines each VMM; nil where the host has none for it,
+	// noCgroups says why.
+	cgroups   *cgroup.Hierarchy
+	noCgroups string
 }
 
 // leftoverKiller kills a VMM that a dead process left running for a
@@ -83,10 +90,14 @@ type Config struct {
 	Driver vmm.Driver
 	// Logf receives diagnostics; nil means log.Printf.
 	Logf func(format string, args ...any)
+	// Limits bound each sandbox; unset fields take DefaultLimits'.
+	Limits Limits
 }
 
-// NewManager loads the guest image and picks the VMM driver. It does not
-// touch leftovers of other processes; call Reconcile for that.
+// NewManager loads the guest image, picks the VMM driver and finds the
+// host's cgroups for the VMMs (without them VMMs run unconfined, with a
+// warning). It does not touch leftovers of other processes; call Reconcile
+// for that.
 func NewManager(cfg Config) (*Manager, error) {
 	img, err := image.Load(cfg.StateDir)
 	if err != nil {
@@ -109,22 +120,29 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
 	}
-	return &Manager{
+	cgroups, noCgroups := detectCgroups()
+	if cgroups == nil {
+		logf("sandbox: VMMs run without cgroup limits on their CPU, memory and tasks: %s", noCgroups)
+	}
+	m := &Manager{
 		driver: driver,
 		image:  img,
 		dir:    dir,
 		logf:   logf,
 		killer: killLeftoverVMM,
 		live:   make(map[string]*Sandbox),
-	}, nil
+	}
+	m.limits, m.cgroups, m.noCgroups = cfg.Limits.withDefaults(), cgroups, noCgroups
+	return m, nil
 }
 
 // Driver names the VMM in use.
 func (m *Manager) Driver() string { return m.driver.Name() }
 
 // Describe says how VMs run here, for logs and benchmarks: the VMM, its
-// accelerator and its confinement where the driver reports them, e.g.
-// "qemu (tcg; seccomp, runs as ephemeral-vmm in a chroot)".
+// accelerator and its confinement where the driver reports them, and its
+// cgroup limits, e.g. "qemu (tcg; seccomp, runs as ephemeral-vmm in a
+// chroot; cgroup v1: cpu quota, memory, tasks, I/O weight (blkio.weight))".
 func (m *Manager) Describe() string {
 	var parts []string
 	if d, ok := m.driver.(interface{ Accelerator() (string, error) }); ok {
@@ -139,9 +157,7 @@ func (m *Manager) Describe() string {
 		}
 		parts = append(parts, c)
 	}
-	if len(parts) == 0 {
-		return m.driver.Name()
-	}
+	parts = append(parts, m.describeCgroups())
 	return m.driver.Name() + " (" + strings.Join(parts, "; ") + ")"
 }
 
@@ -179,6 +195,8 @@ type Sandbox struct {
 	machine vmm.Machine
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
+	// cgroup confines the VMM; nil where the host has none.
+	cgroup *cgroup.Group
 	// env is added to every exec's environment: the proxy variables in
 	// broker mode.
 	env     []string
@@ -207,13 +225,13 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		Kernel:    m.image.Kernel,
 		Initrd:    m.image.Initrd,
 		RootDisk:  m.image.RootDisk,
-		Cmdline:   guestCmdline,
+		Cmdline:   guestCmdline + " " + m.limits.Guest.Params(),
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
 		Dir:       filepath.Join(dir, "vm"),
 	}
 	// Checked before anything is built; the tap joins once it exists.
-	if err := vmCfg.Validate(); err != nil {
+	if err := errors.Join(vmCfg.Validate(), m.limits.Guest.Validate(opts.MemoryMiB)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	var undo cleanup.Stack
@@ -241,6 +259,14 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	if err := os.Mkdir(vmCfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
 	}
+	group, err := m.confine(id, opts)
+	if err != nil {
+		return nil, err
+	}
+	if group != nil {
+		undo.AddErr(group.Remove)
+		vmCfg.Cgroup = group
+	}
 	vmCfg.Tap, vmCfg.MAC = network.Tap(), network.MAC()
 	machine, err := m.driver.Start(ctx, vmCfg)
 	if err != nil {
@@ -263,6 +289,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 		dir:     dir,
 		lock:    lock,
 		network: network,
+		cgroup:  group,
 		env:     append(proxyEnv(opts.Network), opts.Env...),
 		machine: machine,
 		client:  client,
@@ -401,14 +428,18 @@ func (s *Sandbox) ReadFile(ctx context.Context, req vsockproto.FileRequest, w io
 	return nil
 }
 
-// explain marks errors caused by the VM having gone away.
+// explain marks errors caused by the VM having gone away, with why where
+// the host can tell.
 func (s *Sandbox) explain(err error) error {
 	select {
 	case <-s.machine.Done():
-		return fmt.Errorf("%w (the VM is gone)", err)
 	default:
 		return err
 	}
+	if cause := s.StopCause(); cause != nil {
+		return fmt.Errorf("%w (the VM is gone: %w)", err, cause)
+	}
+	return fmt.Errorf("%w (the VM is gone)", err)
 }
 
 // Done is closed when the VM has stopped, for whatever reason.
@@ -423,6 +454,11 @@ func (s *Sandbox) Destroy() error {
 		s.client.Close()
 		if err := s.machine.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close VM: %w", err))
+		}
+		if s.cgroup != nil {
+			if err := s.cgroup.Remove(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if err := s.network.Close(); err != nil {
 			errs = append(errs, err)

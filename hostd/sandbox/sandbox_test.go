@@ -33,9 +33,10 @@ func TestOptionsValidation(t *testing.T) {
 // it builds anything.
 func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 	m := &Manager{
-		image: &image.Image{Kernel: "/images/vmlinuz", Initrd: "/images/initrd", RootDisk: "/images/root.ext4"},
-		dir:   t.TempDir(),
-		live:  make(map[string]*Sandbox),
+		image:  &image.Image{Kernel: "/images/vmlinuz", Initrd: "/images/initrd", RootDisk: "/images/root.ext4"},
+		dir:    t.TempDir(),
+		live:   make(map[string]*Sandbox),
+		limits: DefaultLimits(),
 	}
 	for _, tc := range []struct {
 		opts Options
@@ -44,6 +45,9 @@ func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 		{Options{VCPUs: 17}, "vcpus 17 out of range"},
 		{Options{VCPUs: -1}, "vcpus -1 out of range"},
 		{Options{MemoryMiB: 64}, "memory 64 MiB out of range"},
+		// The guest's filesystems, at their default sizes, fill a 256 MiB
+		// guest's RAM.
+		{Options{MemoryMiB: 256}, "give the guest more memory"},
 	} {
 		sb, err := m.Create(context.Background(), tc.opts)
 		if err == nil {

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/ephemeralhq/ephemeral/guest/limits"
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/api"
 	"github.com/ephemeralhq/ephemeral/hostd/broker"
@@ -215,6 +216,15 @@ func NewSandboxes(cfg config.Config, dir string, log *slog.Logger) (*sandbox.Man
 		RunDir:   dir,
 		Driver:   driver,
 		Logf:     func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Limits: sandbox.Limits{
+			VMMOverheadMiB: cfg.VMMMemoryOverheadMiB,
+			Guest: limits.Limits{
+				ScratchMiB:      cfg.GuestScratchMiB,
+				TmpMiB:          cfg.GuestTmpMiB,
+				OverlayMiB:      cfg.GuestOverlayMiB,
+				WorkerProcesses: cfg.GuestWorkerProcesses,
+			},
+		},
 	})
 }
 
