@@ -8,9 +8,9 @@
 // and the rest), /dev/shm and /run. Each has a size, and together they
 // must leave the guest room to run its commands (Validate), so that a
 // command that fills one gets ENOSPC rather than the guest running out of
-// memory. The number of processes of the unprivileged users (the worker
-// running the commands) is bounded too, so that a fork bomb fails to fork
-// instead of taking the guest down.
+// memory. The number of processes each command may have is bounded too,
+// and that of the unprivileged users (the worker running the commands), so
+// that a fork bomb ends instead of taking the guest down.
 package limits
 
 import (
@@ -32,11 +32,16 @@ type Limits struct {
 	// whatever commands write outside /tmp, /dev/shm and /run, their home
 	// directory included.
 	OverlayMiB int
-	// WorkerProcesses bounds the processes and threads an unprivileged
-	// user may have at once, across all of its commands (RLIMIT_NPROC).
-	// Root, and so the init, is exempt.
-	WorkerProcesses int
+	// CommandProcesses bounds the processes and threads one command may
+	// have at once, with everything it started (its cgroup's pids.max):
+	// a command that tries to pass it is killed, with all of them.
+	CommandProcesses int
 }
+
+// UserProcesses bounds the processes and threads an unprivileged user may
+// have at once across all of its commands (RLIMIT_NPROC): room for four
+// commands at their limit. Root, and so the init, is exempt.
+func (l Limits) UserProcesses() int { return 4 * l.CommandProcesses }
 
 // Sizes of the guest's other writable filesystems, fixed: /dev/shm for
 // POSIX shared memory (Python's multiprocessing), /run for the init's own
@@ -53,7 +58,7 @@ const ReservedMiB = 128
 
 // Defaults are the limits of a 512 MiB guest, the sandboxes' default size.
 func Defaults() Limits {
-	return Limits{ScratchMiB: 128, TmpMiB: 64, OverlayMiB: 96, WorkerProcesses: 256}
+	return Limits{ScratchMiB: 128, TmpMiB: 64, OverlayMiB: 96, CommandProcesses: 256}
 }
 
 // Kernel command line parameter names.
@@ -61,7 +66,7 @@ const (
 	scratchParam   = "ephemeral.scratch_mib"
 	tmpParam       = "ephemeral.tmp_mib"
 	overlayParam   = "ephemeral.overlay_mib"
-	processesParam = "ephemeral.worker_nproc"
+	processesParam = "ephemeral.command_nproc"
 )
 
 // fields pairs each parameter with its field.
@@ -76,7 +81,7 @@ func (l *Limits) fields() []struct {
 		{scratchParam, &l.ScratchMiB},
 		{tmpParam, &l.TmpMiB},
 		{overlayParam, &l.OverlayMiB},
-		{processesParam, &l.WorkerProcesses},
+		{processesParam, &l.CommandProcesses},
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 // What the host writes is what the guest reads, among the kernel's and
 // the driver's own parameters.
 func TestParamsRoundTrip(t *testing.T) {
-	want := Limits{ScratchMiB: 300, TmpMiB: 40, OverlayMiB: 200, WorkerProcesses: 99}
+	want := Limits{ScratchMiB: 300, TmpMiB: 40, OverlayMiB: 200, CommandProcesses: 99}
 	cmdline := "console=ttyS0 panic=-1 cryptomgr.notests " + want.Params() + " ephemeral.unrelated=1"
 	got, err := Parse(cmdline)
 	if err != nil {
@@ -21,10 +21,10 @@ func TestParamsRoundTrip(t *testing.T) {
 
 func TestParseDefaultsAndErrors(t *testing.T) {
 	got, err := Parse("console=ttyS0 ephemeral.tmp_mib=10")
-	if want := Defaults(); err != nil || got.TmpMiB != 10 || got.ScratchMiB != want.ScratchMiB || got.WorkerProcesses != want.WorkerProcesses {
+	if want := Defaults(); err != nil || got.TmpMiB != 10 || got.ScratchMiB != want.ScratchMiB || got.CommandProcesses != want.CommandProcesses {
 		t.Errorf("Parse with one limit = %+v, %v; want the others at their defaults", got, err)
 	}
-	for _, bad := range []string{"ephemeral.scratch_mib=", "ephemeral.scratch_mib=-1", "ephemeral.worker_nproc=0", "ephemeral.tmp_mib=1e3"} {
+	for _, bad := range []string{"ephemeral.scratch_mib=", "ephemeral.scratch_mib=-1", "ephemeral.command_nproc=0", "ephemeral.tmp_mib=1e3"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)
 		}
@@ -44,8 +44,8 @@ func TestValidate(t *testing.T) {
 		t.Errorf("the same filesystems in a 1 GiB guest: %v", err)
 	}
 	zero := Defaults()
-	zero.WorkerProcesses = 0
-	if err := zero.Validate(512); err == nil || !strings.Contains(err.Error(), "ephemeral.worker_nproc 0") {
+	zero.CommandProcesses = 0
+	if err := zero.Validate(512); err == nil || !strings.Contains(err.Error(), "ephemeral.command_nproc 0") {
 		t.Errorf("Validate of a zero process limit: %v", err)
 	}
 }

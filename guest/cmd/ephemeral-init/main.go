@@ -123,10 +123,14 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.MountAll([]initd.Mount{initd.ScratchMount(scratch, lim.ScratchMiB, int(acct.UID), int(acct.GID))}); err != nil {
 		return nil, hello, err
 	}
-	if err := initd.LimitUserProcesses(lim.WorkerProcesses); err != nil {
+	if err := initd.LimitUserProcesses(lim.UserProcesses()); err != nil {
 		return nil, hello, err
 	}
-	runner := &worker.Runner{Reaper: worker.NewReaper(), Root: "/", ScratchDir: scratch}
+	groups, err := worker.NewCommandGroups(initd.CgroupRoot, lim.CommandProcesses, logf)
+	if err != nil {
+		return nil, hello, err
+	}
+	runner := &worker.Runner{Reaper: worker.NewReaper(), Root: "/", ScratchDir: scratch, Groups: groups}
 	svc := &service.Service{Runner: runner, PowerOff: initd.PowerOff, Logf: logf}
 
 	uptime, err := kernelUptime()
