@@ -64,11 +64,11 @@ type Config struct {
 
 	// VMMMemoryOverheadMiB and the Guest limits bound each sandbox (see
 	// sandbox.Limits).
-	VMMMemoryOverheadMiB int
-	GuestScratchMiB      int
-	GuestTmpMiB          int
-	GuestOverlayMiB      int
-	GuestWorkerProcesses int
+	VMMMemoryOverheadMiB  int
+	GuestScratchMiB       int
+	GuestTmpMiB           int
+	GuestOverlayMiB       int
+	GuestCommandProcesses int
 }
 
 // VMM choices.
@@ -104,7 +104,7 @@ func Defaults() Config {
 		GuestScratchMiB:          guest.ScratchMiB,
 		GuestTmpMiB:              guest.TmpMiB,
 		GuestOverlayMiB:          guest.OverlayMiB,
-		GuestWorkerProcesses:     guest.WorkerProcesses,
+		GuestCommandProcesses:    guest.CommandProcesses,
 	}
 }
 
@@ -192,7 +192,7 @@ var Settings = []Setting{
 	{Name: "guest-scratch-mib", Usage: "size (MiB, in the guest's RAM) of the scratch directory where commands run; a full one fails writes with ENOSPC", field: func(c *Config) any { return &c.GuestScratchMiB }},
 	{Name: "guest-tmp-mib", Usage: "size (MiB, in the guest's RAM) of the guest's /tmp", field: func(c *Config) any { return &c.GuestTmpMiB }},
 	{Name: "guest-overlay-mib", Usage: "what (MiB, in the guest's RAM) commands may write elsewhere in the guest's root filesystem, their home included", field: func(c *Config) any { return &c.GuestOverlayMiB }},
-	{Name: "guest-worker-processes", Usage: "processes and threads the guest's worker user may have at once, across its commands", field: func(c *Config) any { return &c.GuestWorkerProcesses }},
+	{Name: "guest-command-processes", Usage: "processes and threads one command in the guest may have at once; a command that tries to pass it is killed with everything it started (the worker user may have four times as many across its commands)", field: func(c *Config) any { return &c.GuestCommandProcesses }},
 }
 
 // Lookup finds a setting by name.
@@ -238,7 +238,7 @@ func (c Config) Validate() error {
 		{"max-recording-bytes", c.MaxRecordingBytes}, {"max-timeline-bytes", c.MaxTimelineBytes},
 		{"vmm-memory-overhead-mib", int64(c.VMMMemoryOverheadMiB)}, {"guest-scratch-mib", int64(c.GuestScratchMiB)},
 		{"guest-tmp-mib", int64(c.GuestTmpMiB)}, {"guest-overlay-mib", int64(c.GuestOverlayMiB)},
-		{"guest-worker-processes", int64(c.GuestWorkerProcesses)}} {
+		{"guest-command-processes", int64(c.GuestCommandProcesses)}} {
 		if n.v <= 0 {
 			bad(n.name, "must be positive, got %d", n.v)
 		}

@@ -36,7 +36,7 @@ func (l Limits) withDefaults() Limits {
 		{&l.Guest.ScratchMiB, &d.Guest.ScratchMiB},
 		{&l.Guest.TmpMiB, &d.Guest.TmpMiB},
 		{&l.Guest.OverlayMiB, &d.Guest.OverlayMiB},
-		{&l.Guest.WorkerProcesses, &d.Guest.WorkerProcesses},
+		{&l.Guest.CommandProcesses, &d.Guest.CommandProcesses},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def

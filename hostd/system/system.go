@@ -219,10 +219,10 @@ func NewSandboxes(cfg config.Config, dir string, log *slog.Logger) (*sandbox.Man
 		Limits: sandbox.Limits{
 			VMMOverheadMiB: cfg.VMMMemoryOverheadMiB,
 			Guest: limits.Limits{
-				ScratchMiB:      cfg.GuestScratchMiB,
-				TmpMiB:          cfg.GuestTmpMiB,
-				OverlayMiB:      cfg.GuestOverlayMiB,
-				WorkerProcesses: cfg.GuestWorkerProcesses,
+				ScratchMiB:       cfg.GuestScratchMiB,
+				TmpMiB:           cfg.GuestTmpMiB,
+				OverlayMiB:       cfg.GuestOverlayMiB,
+				CommandProcesses: cfg.GuestCommandProcesses,
 			},
 		},
 	})
