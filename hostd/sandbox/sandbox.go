@@ -428,12 +428,26 @@ func (s *Sandbox) ReadFile(ctx context.Context, req vsockproto.FileRequest, w io
 	return nil
 }
 
+// vmExitGrace bounds how long a failed operation waits for the VMM's exit
+// to explain it: a VMM the kernel killed drops its connection to the guest
+// moments before it is reaped.
+const vmExitGrace = 2 * time.Second
+
 // explain marks errors caused by the VM having gone away, with why where
 // the host can tell.
 func (s *Sandbox) explain(err error) error {
+	var guestErr *vsockproto.GuestError
+	if errors.As(err, &guestErr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The guest answered, or the caller gave up: the VM may well live.
+		select {
+		case <-s.machine.Done():
+		default:
+			return err
+		}
+	}
 	select {
 	case <-s.machine.Done():
-	default:
+	case <-time.After(vmExitGrace):
 		return err
 	}
 	if cause := s.StopCause(); cause != nil {

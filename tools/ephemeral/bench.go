@@ -26,6 +26,18 @@ func benchCommand() *cli.Command {
 				&cli.IntFlag{Name: "memory", Value: 512, Usage: "guest memory in MiB"},
 			},
 			Action: benchBoot,
+		}, {
+			Name:  "noisy",
+			Usage: "boot sandboxes next to one whose guest spins all its vCPUs, and print their boot time as a ratio against a quiet host",
+			Description: "Boots a noisy sandbox running `yes` on every vCPU, then N pairs of sandboxes one\n" +
+				"after another: one while the noise is stopped (SIGSTOP), one while it runs. Prints\n" +
+				"create→first exec p50 of both, their ratio, and what CPU the noisy VMM used of its\n" +
+				"cgroup's quota while it ran.",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "n", Value: 5, Usage: "number of boots in each condition"},
+				&cli.IntFlag{Name: "noisy-cpus", Value: 1, Usage: "vCPUs of the noisy sandbox"},
+			},
+			Action: benchNoisy,
 		}},
 	}
 }
