@@ -21,7 +21,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 )
@@ -106,17 +109,20 @@ type weightFile struct {
 	format func(weight int) string
 }
 
-// dirOps are the two operations whose effect differs between cgroupfs
-// and an ordinary directory: making a group creates its control files,
-// and removing it needs only rmdir.
+// dirOps are the operations whose effect differs between cgroupfs and an
+// ordinary directory: making a group creates its control files, removing
+// it needs only rmdir, and the kernel may refuse a write.
 type dirOps struct {
 	mkdir func(path string) error
 	rmdir func(path string) error
+	// write writes value to the control file dir/file.
+	write func(dir, file, value string) error
 }
 
 var kernelDirOps = dirOps{
 	mkdir: func(path string) error { return os.Mkdir(path, 0o755) },
 	rmdir: os.Remove,
+	write: writeControl,
 }
 
 // Detect finds this process's groups, makes the subtree below them and
@@ -305,18 +311,36 @@ func weightNames(v2 bool) string {
 }
 
 // enableControllers writes "+cpu +memory +pids [+io]" to the
-// subtree_control of this process's group and of the subtree. A v2 group
-// that holds processes cannot hand controllers down (the "no internal
-// processes" rule), except at the root.
+// subtree_control of this process's group and of the subtree.
+//
+// A v2 group that holds processes cannot hand controllers down, the root
+// excepted (the "no internal processes" rule), and this process is in its
+// group: then it moves itself into a leaf beside the subtree, as systemd
+// expects of a service with Delegate=yes that makes groups of its own.
+// Other processes in the group (a shell that started the daemon) still
+// keep the controllers from being handed down.
 func (h *Hierarchy) enableControllers() error {
 	enable := "+cpu +memory +pids"
 	if h.io != "" {
 		enable += " +io"
 	}
-	for _, dir := range []string{filepath.Dir(h.cpu), h.cpu} {
-		if err := writeControl(dir, "cgroup.subtree_control", enable); err != nil {
-			return fmt.Errorf("cgroup: enable controllers below %s: %w (a v2 group holding processes cannot hand controllers down: run the daemon in a group of its own with a leaf for itself, e.g. a systemd unit with Delegate=yes)", dir, err)
+	own := filepath.Dir(h.cpu)
+	err := h.fs.write(own, "cgroup.subtree_control", enable)
+	if errors.Is(err, unix.EBUSY) {
+		leaf := filepath.Join(own, h.subtree+"-daemon")
+		if err := h.fs.mkdir(leaf); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("cgroup: create a leaf for this process: %w", err)
 		}
+		if err := h.fs.write(leaf, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("cgroup: move this process into %s: %w", leaf, err)
+		}
+		err = h.fs.write(own, "cgroup.subtree_control", enable)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: enable controllers below %s: %w (a v2 group holding processes cannot hand controllers down: run the daemon in a group of its own, e.g. a systemd unit with Delegate=yes)", own, err)
+	}
+	if err := h.fs.write(h.cpu, "cgroup.subtree_control", enable); err != nil {
+		return fmt.Errorf("cgroup: enable controllers below %s: %w", h.cpu, err)
 	}
 	return nil
 }

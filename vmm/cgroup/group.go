@@ -103,7 +103,7 @@ func (g *Group) set(l Limits) error {
 				continue
 			}
 		}
-		if err := writeControl(dir, w.file, w.value); err != nil {
+		if err := h.fs.write(dir, w.file, w.value); err != nil {
 			return err
 		}
 	}
@@ -117,7 +117,7 @@ func (g *Group) Limits() Limits { return g.limits }
 // Threads and children it starts afterwards are born in it.
 func (g *Group) AddProcess(pid int) error {
 	for _, dir := range g.h.Dirs(g.id) {
-		if err := writeControl(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+		if err := g.h.fs.write(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, g.id, err)
 		}
 	}

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeralhq/ephemeral/internal/flock"
 )
@@ -22,9 +25,29 @@ var (
 
 // fakeCgroupfs stands in for the kernel's cgroupfs in a temporary
 // directory: making a group creates files, as the kernel creates a group's
-// control files, and removing a group removes them.
-func fakeCgroupfs(files []string) dirOps {
+// control files, and removing a group removes them. Writes land in the
+// files, with two rules of v2 kept: a pid written to a group's
+// cgroup.procs leaves every other group's, and a group (but the root,
+// mount) that holds processes refuses to hand controllers down.
+func fakeCgroupfs(files []string, mount string) dirOps {
 	return dirOps{
+		write: func(dir, file, value string) error {
+			switch file {
+			case "cgroup.procs":
+				procs, _ := filepath.Glob(filepath.Join(mount, "*", "cgroup.procs"))
+				for _, other := range procs {
+					raw, _ := os.ReadFile(other)
+					kept := strings.ReplaceAll(string(raw), value+"\n", "")
+					os.WriteFile(other, []byte(kept), 0o644)
+				}
+				value += "\n"
+			case "cgroup.subtree_control":
+				if raw, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); dir != mount && len(raw) > 0 {
+					return unix.EBUSY
+				}
+			}
+			return writeControl(dir, file, value)
+		},
 		mkdir: func(path string) error {
 			if err := os.Mkdir(path, 0o755); err != nil {
 				return err
@@ -49,11 +72,21 @@ func fakeHierarchy(t *testing.T, procCgroup string, mountinfo []byte, files []st
 		t.Fatal(err)
 	}
 	h.lockDir = filepath.Join(t.TempDir(), "locks")
-	h.fs = fakeCgroupfs(files)
+	h.fs = fakeCgroupfs(files, mountPoint(t, mountinfo))
 	if err := h.prepare(); err != nil {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// mountPoint is the first mount point in mountinfo.
+func mountPoint(t *testing.T, mountinfo []byte) string {
+	t.Helper()
+	mounts, err := parseMountinfo(mountinfo)
+	if err != nil || len(mounts) == 0 {
+		t.Fatalf("mountinfo: %v", err)
+	}
+	return mounts[0].point
 }
 
 func readFile(t *testing.T, path string) string {
@@ -107,7 +140,7 @@ func TestV2WritesTheLimits(t *testing.T) {
 	if err := g.AddProcess(4242); err != nil {
 		t.Fatal(err)
 	}
-	if got := readFile(t, filepath.Join(dir, "cgroup.procs")); got != "4242" {
+	if got := readFile(t, filepath.Join(dir, "cgroup.procs")); got != "4242\n" {
 		t.Errorf("cgroup.procs = %q, want the pid", got)
 	}
 	if got := h.Dirs(id); !slices.Equal(got, []string{dir}) {
@@ -125,6 +158,29 @@ func TestV2WritesTheLimits(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(h.lockDir, id+".lock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("owner lock file after Remove: %v", err)
+	}
+}
+
+// A daemon in a v2 group of its own (a systemd service, say) moves itself
+// into a leaf, so that its group may hand controllers down to the VMMs'.
+func TestV2DaemonMovesIntoALeaf(t *testing.T) {
+	root, mountinfo := fakeHost(t, "1 0 0:1 / ROOT rw - cgroup2 cgroup2 rw\n")
+	own := filepath.Join(root, "ephemeral.service")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	for name, content := range map[string]string{"cgroup.controllers": "cpu memory pids\n", "cgroup.subtree_control": "", "cgroup.procs": pid + "\n"} {
+		if err := os.WriteFile(filepath.Join(own, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fakeHierarchy(t, "0::/ephemeral.service\n", mountinfo, v2Files)
+	if got := readFile(t, filepath.Join(own, "ephemeral-daemon", "cgroup.procs")); got != pid+"\n" {
+		t.Errorf("the leaf's cgroup.procs = %q, want this process %s", got, pid)
+	}
+	if got := readFile(t, filepath.Join(own, "cgroup.subtree_control")); got != "+cpu +memory +pids" {
+		t.Errorf("the daemon's group hands down %q", got)
 	}
 }
 
@@ -175,7 +231,7 @@ func TestV1WritesTheLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range h.Dirs(id) {
-		if got := readFile(t, filepath.Join(dir, "cgroup.procs")); got != "4242" {
+		if got := readFile(t, filepath.Join(dir, "cgroup.procs")); got != "4242\n" {
 			t.Errorf("%s/cgroup.procs = %q, want the pid in every hierarchy", dir, got)
 		}
 	}
@@ -199,7 +255,7 @@ func TestV1SwapAccountingAndBlkioWeight(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.lockDir = t.TempDir()
-	h.fs = fakeCgroupfs(append(slices.Clone(v1Files), "memory.memsw.limit_in_bytes", "blkio.weight"))
+	h.fs = fakeCgroupfs(append(slices.Clone(v1Files), "memory.memsw.limit_in_bytes", "blkio.weight"), mountPoint(t, mountinfo))
 	if err := os.MkdirAll(filepath.Dir(h.memory), 0o755); err != nil {
 		t.Fatal(err)
 	}

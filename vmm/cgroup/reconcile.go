@@ -146,7 +146,7 @@ func (h *Hierarchy) killMembers(id string) error {
 		// cgroup.kill (Linux 5.14) kills the whole group at once, also
 		// what is forked meanwhile. Without it, or without the group, the
 		// listing below kills one by one, or finds nobody.
-		if writeControl(dirs[0], "cgroup.kill", "1") == nil {
+		if h.fs.write(dirs[0], "cgroup.kill", "1") == nil {
 			return nil
 		}
 	}
