@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/guest/limits"
 	"github.com/ephemeralhq/ephemeral/netns"
 )
 
@@ -59,5 +60,16 @@ func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(m.dir); err != nil || len(entries) != 0 {
 		t.Errorf("the rejected sandboxes left %v in their state directory (%v)", entries, err)
+	}
+}
+
+// Limits a configuration leaves unset take their defaults; those it sets
+// stay.
+func TestLimitsDefaults(t *testing.T) {
+	got := Limits{VMMOverheadMiB: 300, Guest: limits.Limits{TmpMiB: 32}}.withDefaults()
+	want := DefaultLimits()
+	want.VMMOverheadMiB, want.Guest.TmpMiB = 300, 32
+	if got != want {
+		t.Errorf("withDefaults() = %+v, want %+v", got, want)
 	}
 }
