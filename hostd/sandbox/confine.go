@@ -48,7 +48,7 @@ func (l Limits) withDefaults() Limits {
 // Each VMM's cgroup besides its CPU and memory limits.
 const (
 	// vmmTasks bounds a VMM's processes and threads. QEMU under TCG runs
-	// 6 to 7 threads for a 1-vCPU guest (measured); its block I/O thread
+	// 5 to 7 threads for a 1-vCPU guest (measured); its block I/O thread
 	// pool may add up to 64 under load, and each vCPU is a thread.
 	vmmTasks = 256
 	// vmmIOWeight gives every VMM the same share of block I/O: v2's
