@@ -16,8 +16,8 @@ import (
 // its microVM. After a restart the run has ended as failed with a clear
 // error, its hold is settled (metered cost charged, the rest released, the
 // balance whole again), the model turn it made is in its recording, and
-// nothing of its sandbox remains: no directory, VMM process or network
-// namespace.
+// nothing of its sandbox remains: no directory, VMM process, network
+// namespace or VMM cgroup.
 func TestDaemonKilledMidRun(t *testing.T) {
 	state := cliState(t)
 	fake := fakeprovider.New(fakeprovider.Turn{
@@ -63,6 +63,10 @@ func TestDaemonKilledMidRun(t *testing.T) {
 		t.Fatalf("want one sandbox with a VM while the run executes, got %v", vmDirs)
 	}
 	id := filepath.Base(vmDirs[0])
+	cgroups := vmmCgroups(t)
+	if !groupExists(cgroups, id) {
+		t.Fatalf("the running sandbox %s has no VMM cgroup", id)
+	}
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 
@@ -113,6 +117,9 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	}
 	if pids := vmmProcesses(sandboxes); len(pids) > 0 {
 		t.Errorf("VMM processes survived the restart: %v", pids)
+	}
+	if groupExists(cgroups, id) {
+		t.Errorf("the VMM cgroup of %s survived the restart: %q", id, cgroups.Dirs(id))
 	}
 }
 

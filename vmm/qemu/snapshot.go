@@ -58,8 +58,9 @@ type template struct {
 
 var _ vmm.Template = (*template)(nil)
 
-// Config implements vmm.Template. Its Tap, if any, was the template's at
-// boot and may be closed since; only whether there was one matters.
+// Config implements vmm.Template. Its Tap and Cgroup, if any, were the
+// template's at boot and may be gone since; only whether there was a Tap
+// matters.
 func (t *template) Config() vmm.Config { return t.cfg }
 
 // Close implements vmm.Template: the memfds go once no clone maps them.
