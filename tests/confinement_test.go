@@ -130,31 +130,50 @@ func TestSpinningGuestStaysWithinItsCPUQuota(t *testing.T) {
 	}
 }
 
-// A guest may use all of its memory: its VMM's limit leaves room for the
-// VMM's own. A VMM given too little room is killed by the kernel, and the
-// sandbox says why its VM is gone.
+// A guest may use all of its memory, booted or restored: its VMM's limit
+// leaves room for the VMM's own. A VMM given too little room is killed by
+// the kernel, and the sandbox says why its VM is gone.
 func TestVMMMemoryLimit(t *testing.T) {
 	const fill = `python3 -c 'b = b"x" * (400 << 20); print(len(b))'`
 	m, _ := newManager(t)
 	vmmCgroups(t)
-	sb := newSandbox(t, m)
-	if r := run(t, sb, fill); r.Code != 0 || r.stdout != "419430400\n" {
-		t.Fatalf("a guest filling 400 of its 512 MiB: %+v, stdout %q, stderr %q", r.ExitStatus, r.stdout, r.stderr)
+	create := func(m *sandbox.Manager, start sandbox.Start) *sandbox.Sandbox {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sb, err := m.Create(ctx, sandbox.Options{Start: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Destroy() })
+		return sb
 	}
-	peak, err := sb.Cgroup().MemoryPeak()
-	if err != nil {
-		t.Fatal(err)
+	for _, start := range []struct {
+		name  string
+		start sandbox.Start
+	}{{"booted", sandbox.StartBoot}, {"restored", sandbox.StartRestore}} {
+		sb := create(m, start.start)
+		if r := run(t, sb, fill); r.Code != 0 || r.stdout != "419430400\n" {
+			t.Fatalf("%s: a guest filling 400 of its 512 MiB: %+v, stdout %q, stderr %q", start.name, r.ExitStatus, r.stdout, r.stderr)
+		}
+		peak, err := sb.Cgroup().MemoryPeak()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kills, err := sb.Cgroup().OOMKills(); err != nil || kills != 0 {
+			t.Errorf("%s: OOM kills in the VMM's group: %d, %v", start.name, kills, err)
+		}
+		t.Logf("%s: VMM memory peak with 400 MiB of the guest's RAM in use: %d MiB of its %d MiB limit", start.name, peak>>20, sb.Cgroup().Limits().MemoryBytes>>20)
+		sb.Destroy()
 	}
-	if kills, err := sb.Cgroup().OOMKills(); err != nil || kills != 0 {
-		t.Errorf("OOM kills in the VMM's group: %d, %v", kills, err)
-	}
-	t.Logf("VMM memory peak with 400 MiB of the guest's RAM in use: %d MiB of its %d MiB limit", peak>>20, sb.Cgroup().Limits().MemoryBytes>>20)
 
+	// Booted: a clone's group is charged only for the pages its guest
+	// writes (its template's are the daemon's), so it may fit where a
+	// booted VMM, charged for its guest's every page, does not.
 	tight, _ := newManagerWithLimits(t, sandbox.Limits{VMMOverheadMiB: 8})
-	starved := newSandbox(t, tight)
+	starved := create(tight, sandbox.StartBoot)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err = starved.Exec(ctx, vsockproto.ExecRequest{Shell: fill, Timeout: time.Minute}, nil, nil, nil)
+	_, err := starved.Exec(ctx, vsockproto.ExecRequest{Shell: fill, Timeout: time.Minute}, nil, nil, nil)
 	if !errors.Is(err, sandbox.ErrVMMOutOfMemory) || !strings.Contains(err.Error(), "520 MiB") {
 		t.Errorf("a guest filling its RAM behind a VMM limited to its RAM + 8 MiB: %v, want the VMM's memory limit named", err)
 	}

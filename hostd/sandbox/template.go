@@ -239,7 +239,9 @@ func (m *Manager) snapshot(ctx context.Context, img *image.Image, opts Options) 
 	undo.Add(release)
 	// The template's VMM runs in a cgroup of its own with a sandbox's
 	// limits, like every VMM, for as long as it runs: it is gone once the
-	// template is saved, and what it saved is the daemon's to hold.
+	// template is saved, and what it saved is the daemon's to hold (QEMU's
+	// RAM memfd is charged to the daemon's own group: see vmm/qemu's
+	// snapshot.go).
 	group, err := m.confine(id, opts)
 	if err != nil {
 		return nil, nil, err
