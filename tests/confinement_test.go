@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,11 +17,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ephemeralhq/ephemeral/guest/limits"
 	"github.com/ephemeralhq/ephemeral/hostd/config"
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
 	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/internal/testenv"
+	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/cgroup"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
@@ -385,4 +388,73 @@ func statusField(status, name string) string {
 		}
 	}
 	return ""
+}
+
+// Restored clones and pooled sandboxes are confined as booted ones are:
+// each VMM in a cgroup of its own with the sandbox's limits, charged for
+// the memory its guest writes; in the guest, the scratch directory is a
+// tmpfs of its own size under the name provisioned for this guest, and a
+// command may have only so many processes.
+func TestClonesAndPooledSandboxesAreConfined(t *testing.T) {
+	const scratchMiB, commandProcesses = 40, 20
+	m, _ := newManagerWithLimits(t, sandbox.Limits{Guest: limits.Limits{ScratchMiB: scratchMiB, CommandProcesses: commandProcesses}})
+	h := vmmCgroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	restored, err := m.Create(ctx, sandbox.Options{Start: sandbox.StartRestore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restored.Destroy() })
+	pool := newPool(t, m, sandbox.PoolConfig{Size: 1, Capacity: 2}, 1)
+	pooled := take(t, pool, sandbox.Options{})
+	if !restored.Timings().Restored || !pooled.Timings().Pooled || !pooled.Timings().Restored {
+		t.Fatalf("timings %+v and %+v: want a restored sandbox and a pooled clone", restored.Timings(), pooled.Timings())
+	}
+
+	wantLimits := cgroup.Limits{CPUs: 1, MemoryBytes: (512 + vmm.DefaultMemoryOverheadMiB) << 20, Tasks: 256, IOWeight: 100}
+	for _, sb := range []*sandbox.Sandbox{restored, pooled} {
+		name := "restored"
+		if sb == pooled {
+			name = "pooled"
+		}
+		group := sb.Cgroup()
+		if group == nil {
+			t.Fatalf("%s: no cgroup although the host has them (%s)", name, m.Describe())
+		}
+		if group.Limits() != wantLimits {
+			t.Errorf("%s: cgroup limits %+v, want %+v", name, group.Limits(), wantLimits)
+		}
+		for _, dir := range h.Dirs(sb.ID()) {
+			procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			if err != nil || !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(sb.PID())) {
+				t.Errorf("%s: the VMM %d is not in its group %s: %q, %v", name, sb.PID(), dir, procs, err)
+			}
+		}
+
+		// The pages the guest writes are the clone's own, charged to it.
+		if r := run(t, sb, `python3 -c 'b = b"x" * (200 << 20); print(len(b))'`); r.Code != 0 {
+			t.Fatalf("%s: a guest writing 200 MiB: %+v, %q", name, r.ExitStatus, r.stderr)
+		}
+		if peak, err := group.MemoryPeak(); err != nil || peak < 200<<20 {
+			t.Errorf("%s: the VMM's group was charged at most %d MiB (%v) while its guest wrote 200 MiB", name, peak>>20, err)
+		}
+
+		r := run(t, sb, `pwd; awk -v d="$PWD" '$2 == d { print $3 }' /proc/mounts; head -c 60M /dev/zero > big; stat -c %s big`)
+		out := strings.Split(r.stdout, "\n")
+		if len(out) < 3 || out[0] != sb.ScratchDir() || out[1] != "tmpfs" {
+			t.Errorf("%s: pwd and the filesystem mounted there: %q, want %s on a tmpfs of its own", name, r.stdout, sb.ScratchDir())
+		}
+		if size, _ := strconv.Atoi(strings.TrimSpace(out[len(out)-2])); size > scratchMiB<<20 || !strings.Contains(r.stderr, "No space left on device") {
+			t.Errorf("%s: writing 60 MiB into a %d MiB scratch directory: %+v, %d bytes written, stderr %q", name, scratchMiB, r.ExitStatus, size, r.stderr)
+		}
+
+		st := run(t, sb, `for i in $(seq 40); do sleep 60 & done; wait`).ExitStatus
+		if st.ProcessLimit != commandProcesses || st.Signal != 9 {
+			t.Errorf("%s: a command starting 40 processes: %+v, want it killed for passing %d", name, st, commandProcesses)
+		}
+	}
+	if restored.ScratchDir() == pooled.ScratchDir() {
+		t.Errorf("two clones of one template share the scratch directory %s", restored.ScratchDir())
+	}
 }
