@@ -1,11 +1,13 @@
 // Package sandbox is the host's handle on disposable microVMs: it boots one
 // from the guest image with the machine's VMM, or restores a clone of a
-// template booted once per image and shape (template.go), makes its guest
-// unique (vsockproto.Provision), connects to the guest init, runs commands
-// and file transfers in it, and destroys it so that nothing remains — no
-// VMM process, socket, directory or network namespace — also when the
-// caller's context ends mid-boot or the daemon itself died. A Pool
-// (pool.go) keeps sandboxes started for whoever takes one.
+// template booted once per image and shape (template.go), confines every
+// VMM in a cgroup of its own and passes the guest its limits (confine.go),
+// makes its guest unique (vsockproto.Provision), connects to the guest
+// init, runs commands and file transfers in it, and destroys it so that
+// nothing remains — no VMM process, socket, directory, cgroup or network
+// namespace — also when the caller's context ends mid-boot or the daemon
+// itself died. A Pool (pool.go) keeps sandboxes started for whoever takes
+// one.
 package sandbox
 
 import (
