@@ -125,7 +125,7 @@ func TestDaemonKilledMidRun(t *testing.T) {
 
 // A daemon killed while it keeps pooled sandboxes (and their template)
 // leaves them to the next daemon, which sweeps all of them at start-up,
-// VMM processes and network namespaces included.
+// VMM processes, network namespaces and VMM cgroups included.
 func TestDaemonKilledWithPool(t *testing.T) {
 	state := cliState(t)
 	key := createOrg(t, state)
@@ -138,6 +138,12 @@ func TestDaemonKilledWithPool(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	firstDirs, _ := filepath.Glob(filepath.Join(sandboxes, "[0-9a-f]*"))
+	cgroups := vmmCgroups(t)
+	for _, dir := range runningSandboxes(sandboxes) {
+		if id := filepath.Base(dir); !groupExists(cgroups, id) {
+			t.Errorf("the pooled sandbox %s has no VMM cgroup", id)
+		}
+	}
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 
@@ -152,6 +158,9 @@ func TestDaemonKilledWithPool(t *testing.T) {
 		}
 		if pids := vmmProcesses(dir); len(pids) > 0 {
 			t.Errorf("VMM processes of %s survived the restart: %v", id, pids)
+		}
+		if groupExists(cgroups, id) {
+			t.Errorf("the VMM cgroup of %s survived the restart: %q", id, cgroups.Dirs(id))
 		}
 	}
 }
