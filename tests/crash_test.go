@@ -16,8 +16,8 @@ import (
 // its microVM. After a restart the run has ended as failed with a clear
 // error, its hold is settled (metered cost charged, the rest released, the
 // balance whole again), the model turn it made is in its recording, and
-// nothing of its sandbox remains: no directory, VMM process or network
-// namespace.
+// nothing of its sandbox remains: no directory, VMM process, network
+// namespace or VMM cgroup.
 func TestDaemonKilledMidRun(t *testing.T) {
 	state := cliState(t)
 	fake := fakeprovider.New(fakeprovider.Turn{
@@ -64,6 +64,10 @@ func TestDaemonKilledMidRun(t *testing.T) {
 		t.Fatalf("want one sandbox with a VM while the run executes, got %v", vmDirs)
 	}
 	id := filepath.Base(vmDirs[0])
+	cgroups := vmmCgroups(t)
+	if !groupExists(cgroups, id) {
+		t.Fatalf("the running sandbox %s has no VMM cgroup", id)
+	}
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 
@@ -115,11 +119,14 @@ func TestDaemonKilledMidRun(t *testing.T) {
 	if pids := vmmProcesses(sandboxes); len(pids) > 0 {
 		t.Errorf("VMM processes survived the restart: %v", pids)
 	}
+	if groupExists(cgroups, id) {
+		t.Errorf("the VMM cgroup of %s survived the restart: %q", id, cgroups.Dirs(id))
+	}
 }
 
 // A daemon killed while it keeps pooled sandboxes (and their template)
 // leaves them to the next daemon, which sweeps all of them at start-up,
-// VMM processes and network namespaces included.
+// VMM processes, network namespaces and VMM cgroups included.
 func TestDaemonKilledWithPool(t *testing.T) {
 	state := cliState(t)
 	key := createOrg(t, state)
@@ -132,6 +139,12 @@ func TestDaemonKilledWithPool(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	firstDirs, _ := filepath.Glob(filepath.Join(sandboxes, "[0-9a-f]*"))
+	cgroups := vmmCgroups(t)
+	for _, dir := range runningSandboxes(sandboxes) {
+		if id := filepath.Base(dir); !groupExists(cgroups, id) {
+			t.Errorf("the pooled sandbox %s has no VMM cgroup", id)
+		}
+	}
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 
@@ -146,6 +159,9 @@ func TestDaemonKilledWithPool(t *testing.T) {
 		}
 		if pids := vmmProcesses(dir); len(pids) > 0 {
 			t.Errorf("VMM processes of %s survived the restart: %v", id, pids)
+		}
+		if groupExists(cgroups, id) {
+			t.Errorf("the VMM cgroup of %s survived the restart: %q", id, cgroups.Dirs(id))
 		}
 	}
 }

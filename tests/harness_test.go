@@ -34,9 +34,15 @@ func requireVM(t testing.TB) {
 // or running.
 func newManager(t *testing.T) (*sandbox.Manager, string) {
 	t.Helper()
+	return newManagerWithLimits(t, sandbox.Limits{})
+}
+
+// newManagerWithLimits is newManager with limits other than the defaults.
+func newManagerWithLimits(t *testing.T, limits sandbox.Limits) (*sandbox.Manager, string) {
+	t.Helper()
 	requireVM(t)
 	runDir := t.TempDir()
-	m, err := sandbox.NewManager(sandbox.Config{StateDir: stateDir(), RunDir: runDir, Logf: t.Logf})
+	m, err := sandbox.NewManager(sandbox.Config{StateDir: stateDir(), RunDir: runDir, Logf: t.Logf, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}

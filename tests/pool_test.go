@@ -80,7 +80,7 @@ func TestPoolHandsOutEachSandboxOnce(t *testing.T) {
 	waitReady(t, p, 1) // a's place is free again
 
 	// Another shape is not the pool's: it is started for the caller.
-	other := take(t, p, sandbox.Options{MemoryMiB: 256})
+	other := take(t, p, sandbox.Options{MemoryMiB: 768})
 	if other.Timings().Pooled {
 		t.Error("a sandbox of another shape came from the pool")
 	}

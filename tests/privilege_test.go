@@ -54,6 +54,7 @@ func TestCommandsSayWhyTheyNeedRoot(t *testing.T) {
 		{[]string{"sandbox", "exec", "--", "true"}, "ephemeral sandbox exec " + vms},
 		{[]string{"bench", "-n", "1"}, "ephemeral bench " + vms},
 		{[]string{"bench", "density", "-n", "1"}, "ephemeral bench density " + vms},
+		{[]string{"bench", "noisy", "-n", "1"}, "ephemeral bench noisy " + vms},
 		{[]string{"image", "build"}, "ephemeral image build needs root: debootstrap builds the guest's root filesystem in a chroot"},
 		{[]string{"admin", "org", "list"}, "ephemeral admin org list needs to read and write the daemon's state directory " + state},
 		{[]string{"admin", "key", "create", "--org", "acme", "--member", "dev@acme.example"}, "ephemeral admin key create needs to read and write"},

@@ -186,6 +186,10 @@ type ExitStatus struct {
 	Signal int `json:"signal,omitempty"`
 	// TimedOut is set when the request's timeout killed the process group.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// ProcessLimit, when not 0, is the number of processes and threads
+	// the command tried to pass: the guest killed it, and everything it
+	// had started, for that.
+	ProcessLimit int `json:"process_limit,omitempty"`
 	// Duration is the wall time from start to exit, measured in the guest.
 	Duration time.Duration `json:"duration_ns"`
 }

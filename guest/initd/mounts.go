@@ -34,13 +34,18 @@ var movedMounts = []string{"/dev", "/proc", "/sys"}
 
 // RootMounts complete the new root after the switch. /tmp and /run are
 // tmpfs of their own rather than overlay upper dirs, so that the scratch
-// directory lives on a plain filesystem.
+// directory lives on a plain filesystem. WithSizes caps the tmpfs.
 var RootMounts = []Mount{
 	{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "gid=5,mode=0620,ptmxmode=0666"},
 	{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 	{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 	{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
+	{Source: "cgroup2", Target: CgroupRoot, FSType: "cgroup2", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 }
+
+// CgroupRoot is where the cgroup v2 hierarchy is mounted: the worker puts
+// each command in a group of its own below it.
+const CgroupRoot = "/sys/fs/cgroup"
 
 // DevLinks are the /dev symlinks devtmpfs does not create but shells rely
 // on (process substitution uses /dev/fd).

@@ -52,11 +52,13 @@ const (
 	newRoot     = "/newroot"
 )
 
-// SwitchToOverlayRoot mounts disk (ext4) read-only, puts a tmpfs-backed
-// overlay on top, moves the kernel filesystems into it and makes it the
-// root. Everything written afterwards lives in RAM and dies with the VM.
-func SwitchToOverlayRoot(disk string) error {
-	if err := MountAll([]Mount{{Source: "overlay-rw", Target: overlayBase, FSType: "tmpfs", Data: "mode=0755"}}); err != nil {
+// SwitchToOverlayRoot mounts disk (ext4) read-only, puts an overlay on top
+// whose writable layer is a tmpfs of upperMiB, moves the kernel
+// filesystems into it and makes it the root. Everything written afterwards
+// lives in RAM and dies with the VM.
+func SwitchToOverlayRoot(disk string, upperMiB int) error {
+	upperFS := Mount{Source: "overlay-rw", Target: overlayBase, FSType: "tmpfs", Data: fmt.Sprintf("mode=0755,size=%dm", upperMiB)}
+	if err := MountAll([]Mount{upperFS}); err != nil {
 		return err
 	}
 	lower := filepath.Join(overlayBase, "lower")

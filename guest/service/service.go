@@ -29,6 +29,11 @@ type Service struct {
 	// ScratchBase is the directory Provision makes the worker's scratch
 	// directory in (/tmp in the guest).
 	ScratchBase string
+	// ScratchMiB, when positive, sizes the scratch directory: Provision
+	// mounts a tmpfs of its own there, so that commands get ENOSPC at that
+	// limit whatever the rest of /tmp holds. Mounting needs root: tests
+	// on a host leave it zero.
+	ScratchMiB int
 	// PowerOff ends the VM; it is initd.PowerOff in the guest.
 	PowerOff func() error
 	// Logf reports failures nobody else will see (a failed power off).
@@ -55,7 +60,7 @@ func (s *Service) ready() error {
 }
 
 // Provision applies p once: the entropy, clock and names, then the
-// worker's scratch directory named by p.
+// worker's scratch directory named by p, sized by ScratchMiB.
 func (s *Service) Provision(ctx context.Context, p vsockproto.Provision) (vsockproto.Provisioned, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,6 +80,13 @@ func (s *Service) Provision(ctx context.Context, p vsockproto.Provision) (vsockp
 	scratch, err := initd.CreateScratch(s.ScratchBase, p.ScratchName, int(acct.UID), int(acct.GID))
 	if err != nil {
 		return vsockproto.Provisioned{}, fmt.Errorf("provision: %w", err)
+	}
+	if s.ScratchMiB > 0 {
+		// Mounted here rather than at boot: the directory's name is the
+		// host's, fresh for each guest restored from one snapshot.
+		if err := initd.MountAll([]initd.Mount{initd.ScratchMount(scratch, s.ScratchMiB, int(acct.UID), int(acct.GID))}); err != nil {
+			return vsockproto.Provisioned{}, fmt.Errorf("provision: %w", err)
+		}
 	}
 	s.Runner.ScratchDir = scratch
 	s.provisioned = true

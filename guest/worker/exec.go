@@ -1,6 +1,7 @@
 // Package worker runs commands in the guest on behalf of the host: as an
-// unprivileged user, in their own process group, with timeouts that kill
-// the whole group, and with PID 1's duty of reaping every orphan.
+// unprivileged user, in their own process group and cgroup, with timeouts
+// that kill all of a command's processes, a bound on how many it may have,
+// and with PID 1's duty of reaping every orphan.
 package worker
 
 import (
@@ -38,6 +39,9 @@ type Runner struct {
 	ScratchDir string
 	// OutputGrace overrides DefaultOutputGrace when positive.
 	OutputGrace time.Duration
+	// Groups, when set, puts each command in a cgroup of its own: the
+	// guest init sets it; tests on a host may leave it nil.
+	Groups *CommandGroups
 
 	// stdinPumps copy host stdin into processes. A pump blocks in the
 	// host stream's Read until the stream ends, which happens only after
@@ -88,6 +92,12 @@ func (r *Runner) Run(ctx context.Context, req vsockproto.ExecRequest, stdio vsoc
 	}
 
 	p, err := r.start(path, argv, env, dir, acct)
+	if errors.Is(err, unix.EAGAIN) {
+		// The user has all the processes its limit allows (RLIMIT_NPROC,
+		// set by the init); a shell that cannot fork fails the same way.
+		fmt.Fprintf(stdio.Stderr, "%s: cannot start: user %s has as many processes as it may%s\n", argv[0], user, processLimit())
+		return vsockproto.ExitStatus{Code: 126}, nil
+	}
 	if err != nil {
 		return vsockproto.ExitStatus{}, err
 	}
@@ -102,6 +112,8 @@ type process struct {
 	stdin   *os.File
 	stdout  *os.File
 	stderr  *os.File
+	// group is the command's cgroup; nil without Runner.Groups.
+	group *commandGroup
 }
 
 func (r *Runner) start(path string, argv, env []string, dir string, acct Account) (*process, error) {
@@ -140,6 +152,14 @@ func (r *Runner) start(path string, argv, env []string, dir string, acct Account
 			Credential: credential(acct),
 		},
 	}
+	var group *commandGroup
+	if r.Groups != nil {
+		if group, err = r.Groups.create(); err != nil {
+			return nil, err
+		}
+		undo.Add(func() { r.Groups.discard(group) })
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, group.fd
+	}
 	started := time.Now()
 	pid, exited, err := r.Reaper.Start(path, argv, attr)
 	if err != nil {
@@ -150,7 +170,7 @@ func (r *Runner) start(path string, argv, env []string, dir string, acct Account
 	outW.Close()
 	errW.Close()
 	undo.Release()
-	return &process{pid: pid, exited: exited, started: started, stdin: inW, stdout: outR, stderr: errR}, nil
+	return &process{pid: pid, exited: exited, started: started, stdin: inW, stdout: outR, stderr: errR, group: group}, nil
 }
 
 // credential switches the child to acct. An unprivileged parent (tests)
@@ -194,19 +214,38 @@ func (r *Runner) supervise(ctx context.Context, p *process, timeout time.Duratio
 		defer t.Stop()
 		expired = t.C
 	}
+	var limitCheck <-chan time.Time
+	if p.group != nil {
+		t := time.NewTicker(sweepInterval)
+		defer t.Stop()
+		limitCheck = t.C
+	}
 	var status vsockproto.ExitStatus
 	var ws unix.WaitStatus
-	select {
-	case ws = <-p.exited:
-	case <-expired:
-		status.TimedOut = true
-		killGroup(p.pid)
-		ws = <-p.exited
-	case <-ctx.Done():
-		// The host is gone: nobody will read the result, but nothing
-		// the command started may outlive its stream either.
-		killGroup(p.pid)
-		ws = <-p.exited
+wait:
+	for {
+		select {
+		case ws = <-p.exited:
+			break wait
+		case <-expired:
+			status.TimedOut = true
+			p.kill()
+			ws = <-p.exited
+			break wait
+		case <-ctx.Done():
+			// The host is gone: nobody will read the result, but nothing
+			// the command started may outlive its stream either.
+			p.kill()
+			ws = <-p.exited
+			break wait
+		case <-limitCheck:
+			if overLimit(p.group.dir) {
+				status.ProcessLimit = r.Groups.maxProcesses
+				p.kill()
+				ws = <-p.exited
+				break wait
+			}
+		}
 	}
 	status.Duration = time.Since(p.started)
 	close(stopSignals)
@@ -216,6 +255,9 @@ func (r *Runner) supervise(ctx context.Context, p *process, timeout time.Duratio
 	// A process that never read its stdin must not keep the pump blocked
 	// in a pipe write.
 	p.stdin.Close()
+	if p.group != nil {
+		r.Groups.release(p.group)
+	}
 
 	switch {
 	case ws.Signaled():
@@ -270,7 +312,20 @@ func forwardSignals(pgid int, signals <-chan int, stop <-chan struct{}) {
 	}
 }
 
-// killGroup SIGKILLs every process in the command's group.
-func killGroup(pgid int) {
-	_ = unix.Kill(-pgid, unix.SIGKILL) // ESRCH: already gone
+// processLimit describes RLIMIT_NPROC for a message, e.g. " (256)".
+func processLimit() string {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &lim) != nil || lim.Cur == unix.RLIM_INFINITY {
+		return ""
+	}
+	return fmt.Sprintf(" (%d)", lim.Cur)
+}
+
+// kill SIGKILLs every process of the command: its process group, and
+// everything in its cgroup, where processes that left the group are too.
+func (p *process) kill() {
+	_ = unix.Kill(-p.pid, unix.SIGKILL) // ESRCH: already gone
+	if p.group != nil {
+		_ = killAll(p.group.dir)
+	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,5 +223,55 @@ func TestContextCancelKillsCommand(t *testing.T) {
 	}
 	if status.Signal != int(unix.SIGKILL) {
 		t.Errorf("status = %+v, want SIGKILL after the stream's context ended", status)
+	}
+}
+
+// A command the user's process limit leaves no room for fails with a
+// message saying so, as a shell's failed fork would, not with a protocol
+// error.
+func TestProcessLimitFailsTheCommandClearly(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the limit binds unprivileged users only, and only root can run commands as one")
+	}
+	r := newRunner(t)
+	// The worker becomes nobody, which the limit binds.
+	const nobody = 65534
+	passwd := fmt.Sprintf("worker:x:%d:%d::/nonexistent:/bin/sh\n", nobody, nobody)
+	if err := os.WriteFile(filepath.Join(r.Root, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Root, "etc", "group"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir's parents are private to root: nobody needs a way in.
+	scratch, err := os.MkdirTemp("", "worker-scratch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(scratch)
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	r.ScratchDir = scratch
+	// The kernel checks the limit against the user's other processes
+	// when a command switches to the user: give it one.
+	other := exec.Command("sleep", "60")
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 0, Max: 0}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NPROC, &old)
+
+	got := run(t, r, vsockproto.ExecRequest{Argv: []string{"true"}}, "", nil)
+	if got.status.Code != 126 || !strings.Contains(got.stderr, "true: cannot start: user worker has as many processes as it may (0)") {
+		t.Errorf("command over the process limit: %+v, stderr %q", got.status, got.stderr)
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 	"github.com/ephemeralhq/ephemeral/tests/fakeprovider"
+	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
 // pageVM answers the product page's commands the way the real VM does.
@@ -303,6 +305,31 @@ func TestBudgetTooSmallForNextCall(t *testing.T) {
 	}
 }
 
+// A command the guest killed for passing its process limit says so, to the
+// model and on the timeline, and the run goes on.
+func TestProcessLimitKillIsReported(t *testing.T) {
+	const bomb = ":(){ :|:& };:"
+	vm := &fakeVM{ends: map[string]vsockproto.ExitStatus{bomb: {Code: -1, Signal: 9, ProcessLimit: 256, Duration: time.Second}}}
+	e := newEnv(t, vm, fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{shellCall("c1", bomb)}}, fakeprovider.Turn{Text: "done"})
+	r, events := e.run(pageSpec("bomb"))
+	if r.Status != store.Succeeded {
+		t.Fatalf("status %s: %s", r.Status, r.ErrorMessage)
+	}
+	results := e.provider.Requests()[1].ToolResults
+	if len(results) != 1 || !strings.HasPrefix(results[0].Content, "killed: the command tried to have more than 256 processes and threads at once") {
+		t.Errorf("tool results %+v", results)
+	}
+	var data map[string]any
+	for _, ev := range events {
+		if ev.Category == timeline.Shell {
+			json.Unmarshal(ev.Data, &data)
+		}
+	}
+	if data["process_limit"] != float64(256) || data["signal"] != float64(9) {
+		t.Errorf("timeline data of the command: %v", data)
+	}
+}
+
 func TestTimeoutMidCommand(t *testing.T) {
 	vm := &fakeVM{answer: func(ctx context.Context, command string) (string, string, int, error) {
 		<-ctx.Done()
@@ -392,7 +419,7 @@ func TestInlineFilesWrittenBeforeTheWorker(t *testing.T) {
 // A VM that dies under the run fails it at once instead of letting the
 // model talk to a dead machine until its turns run out.
 func TestVMDyingFailsTheRun(t *testing.T) {
-	vm := &fakeVM{stopped: make(chan struct{})}
+	vm := &fakeVM{stopped: make(chan struct{}), cause: errors.New("its VMM passed its memory limit")}
 	vm.answer = func(context.Context, string) (string, string, int, error) {
 		close(vm.stopped)
 		return "", "", 0, errors.New("connection reset (the VM is gone)")
@@ -401,7 +428,7 @@ func TestVMDyingFailsTheRun(t *testing.T) {
 		fakeprovider.Turn{ToolCalls: []fakeprovider.ToolCall{shellCall("c1", "kill -9 1")}},
 		fakeprovider.Turn{Text: "never asked"})
 	r, _ := e.run(pageSpec("crash"))
-	if r.Status != store.Failed || !strings.Contains(r.ErrorMessage, "stopped unexpectedly") || e.provider.Remaining() != 1 {
+	if r.Status != store.Failed || !strings.Contains(r.ErrorMessage, "stopped unexpectedly: its VMM passed its memory limit") || e.provider.Remaining() != 1 {
 		t.Errorf("status %s: %s; %d turns unused", r.Status, r.ErrorMessage, e.provider.Remaining())
 	}
 	checkMoney(t, r)

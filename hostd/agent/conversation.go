@@ -17,6 +17,18 @@ import (
 // (the guest crashed or was killed): its tools cannot work any more.
 var ErrVMStopped = errors.New("agent: the microVM stopped unexpectedly")
 
+// vmStopped is ErrVMStopped with the VM's account of why, where it has one:
+// a sandbox knows when the kernel killed its VMM for passing its memory
+// limit.
+func vmStopped(vm VM) error {
+	if v, ok := vm.(interface{ StopCause() error }); ok {
+		if cause := v.StopCause(); cause != nil {
+			return fmt.Errorf("%w: %w", ErrVMStopped, cause)
+		}
+	}
+	return ErrVMStopped
+}
+
 // ErrMaxTurns ends a run whose model kept calling tools past Config.MaxTurns.
 var ErrMaxTurns = errors.New("agent: the model did not give a final answer within its turns")
 
@@ -76,7 +88,7 @@ func (c *conversation) run(ctx context.Context) (string, error) {
 		}
 		select {
 		case <-c.vm.Done():
-			return "", ErrVMStopped
+			return "", vmStopped(c.vm)
 		default:
 		}
 	}

@@ -39,8 +39,13 @@ var testPrice = model.Price{InputMicrosPerMTok: 50_000, OutputMicrosPerMTok: 400
 // real VMs).
 type fakeVM struct {
 	answer func(ctx context.Context, command string) (stdout, stderr string, code int, err error)
+	// ends, where it names a command, is how that command ends instead
+	// of with answer's exit code.
+	ends map[string]vsockproto.ExitStatus
 
 	stopped chan struct{} // closed to play a VM that died
+	// cause is why it died, as a sandbox tells it.
+	cause error
 
 	// listing, when set, is what ListOutputs answers, as a hostile
 	// guest might; otherwise the files matching the patterns are listed.
@@ -79,6 +84,9 @@ func (v *fakeVM) Exec(ctx context.Context, req vsockproto.ExecRequest, _ io.Read
 			io.WriteString(w.to, w.text)
 		}
 	}
+	if st, ok := v.ends[command]; ok {
+		return st, nil
+	}
 	return vsockproto.ExitStatus{Code: code, Duration: time.Millisecond}, nil
 }
 
@@ -90,6 +98,8 @@ func (v *fakeVM) Done() <-chan struct{} {
 	}
 	return v.stopped
 }
+
+func (v *fakeVM) StopCause() error { return v.cause }
 
 func (v *fakeVM) WriteFile(_ context.Context, req vsockproto.FileRequest, r io.Reader) error {
 	b, err := io.ReadAll(r)

@@ -279,6 +279,8 @@ func (r *commandRun) forModel() (string, bool) {
 	switch {
 	case r.status.TimedOut:
 		fmt.Fprintf(&b, "killed: the command ran past its timeout of %v\n", r.timeout)
+	case r.status.ProcessLimit > 0:
+		fmt.Fprintf(&b, "killed: the command tried to have more than %d processes and threads at once; it and everything it started were killed\n", r.status.ProcessLimit)
 	case r.status.Signal != 0:
 		fmt.Fprintf(&b, "killed by signal %d\n", r.status.Signal)
 	default:
@@ -321,6 +323,9 @@ func (r *commandRun) eventData() map[string]any {
 	}
 	if r.status.Signal != 0 {
 		data["signal"] = r.status.Signal
+	}
+	if r.status.ProcessLimit > 0 {
+		data["process_limit"] = r.status.ProcessLimit
 	}
 	if r.err != nil {
 		data["error"] = r.err.Error()

@@ -16,6 +16,9 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/ephemeralhq/ephemeral/guest/limits"
+	"github.com/ephemeralhq/ephemeral/vmm"
 )
 
 // Config is every setting, typed. Defaults returns its default values.
@@ -95,6 +98,13 @@ type Config struct {
 	// SessionMaxAge ends every session this long after sign-in.
 	SessionIdleTimeout time.Duration
 	SessionMaxAge      time.Duration
+	// VMMMemoryOverheadMiB and the Guest limits bound each sandbox (see
+	// sandbox.Limits).
+	VMMMemoryOverheadMiB  int
+	GuestScratchMiB       int
+	GuestTmpMiB           int
+	GuestOverlayMiB       int
+	GuestCommandProcesses int
 }
 
 // VMM choices.
@@ -106,6 +116,7 @@ const (
 
 // Defaults is the configuration nothing overrides.
 func Defaults() Config {
+	guest := limits.Defaults()
 	return Config{
 		StateDir:        "/var/lib/ephemeral",
 		Listen:          "127.0.0.1:8080",
@@ -140,9 +151,14 @@ func Defaults() Config {
 		WebMicrosPerRequest:      100,
 		DebianMirror:             "http://deb.debian.org/debian",
 		// $1.00: 25 runs of the product page's $0.04 budget.
-		StarterCreditMicros: 1_000_000,
-		SessionIdleTimeout:  7 * 24 * time.Hour,
-		SessionMaxAge:       30 * 24 * time.Hour,
+		StarterCreditMicros:   1_000_000,
+		SessionIdleTimeout:    7 * 24 * time.Hour,
+		SessionMaxAge:         30 * 24 * time.Hour,
+		VMMMemoryOverheadMiB:  vmm.DefaultMemoryOverheadMiB,
+		GuestScratchMiB:       guest.ScratchMiB,
+		GuestTmpMiB:           guest.TmpMiB,
+		GuestOverlayMiB:       guest.OverlayMiB,
+		GuestCommandProcesses: guest.CommandProcesses,
 	}
 }
 
@@ -254,6 +270,11 @@ var Settings = []Setting{
 	{Name: "starter-credit-micros", Usage: "balance credited to the organisation of each account registered in the web app", field: func(c *Config) any { return &c.StarterCreditMicros }},
 	{Name: "session-idle-timeout", Usage: "how long a web app session lasts without being used", field: func(c *Config) any { return &c.SessionIdleTimeout }},
 	{Name: "session-max-age", Usage: "how long a web app session lasts at most after signing in", field: func(c *Config) any { return &c.SessionMaxAge }},
+	{Name: "vmm-memory-overhead-mib", Usage: "memory (MiB) a VMM may use beyond its guest's RAM: its cgroup's memory limit is the guest's RAM plus this", field: func(c *Config) any { return &c.VMMMemoryOverheadMiB }},
+	{Name: "guest-scratch-mib", Usage: "size (MiB, in the guest's RAM) of the scratch directory where commands run; a full one fails writes with ENOSPC", field: func(c *Config) any { return &c.GuestScratchMiB }},
+	{Name: "guest-tmp-mib", Usage: "size (MiB, in the guest's RAM) of the guest's /tmp", field: func(c *Config) any { return &c.GuestTmpMiB }},
+	{Name: "guest-overlay-mib", Usage: "what (MiB, in the guest's RAM) commands may write elsewhere in the guest's root filesystem, their home included", field: func(c *Config) any { return &c.GuestOverlayMiB }},
+	{Name: "guest-command-processes", Usage: "processes and threads one command in the guest may have at once; a command that tries to pass it is killed with everything it started (the worker user may have four times as many across its commands)", field: func(c *Config) any { return &c.GuestCommandProcesses }},
 }
 
 // Lookup finds a setting by name.
@@ -306,7 +327,10 @@ func (c Config) Validate() error {
 		{"max-output-file-bytes", c.MaxOutputFileBytes}, {"max-output-bytes", c.MaxOutputBytes}, {"webhook-attempts", int64(c.WebhookAttempts)},
 		{"limit-key-run-creations", int64(c.LimitKeyRunCreations)}, {"limit-key-reads", int64(c.LimitKeyReads)},
 		{"limit-key-streams", int64(c.LimitKeyStreams)}, {"limit-address-run-creations", int64(c.LimitAddressRunCreations)},
-		{"limit-address-reads", int64(c.LimitAddressReads)}, {"limit-address-streams", int64(c.LimitAddressStreams)}} {
+		{"limit-address-reads", int64(c.LimitAddressReads)}, {"limit-address-streams", int64(c.LimitAddressStreams)},
+		{"vmm-memory-overhead-mib", int64(c.VMMMemoryOverheadMiB)}, {"guest-scratch-mib", int64(c.GuestScratchMiB)},
+		{"guest-tmp-mib", int64(c.GuestTmpMiB)}, {"guest-overlay-mib", int64(c.GuestOverlayMiB)},
+		{"guest-command-processes", int64(c.GuestCommandProcesses)}} {
 		if n.v <= 0 {
 			bad(n.name, "must be positive, got %d", n.v)
 		}

@@ -17,7 +17,8 @@ import (
 // Reconcile removes what dead processes left behind: in the state directory,
 // for every sandbox directory whose lock nobody holds (its owner died, for
 // example by SIGKILL), it kills the VMM if it still runs and removes the
-// directory; then every network namespace of ours whose owner is gone.
+// directory; then every network namespace and VMM cgroup of ours whose
+// owner is gone.
 // Sandboxes of live processes, this one included, are untouched, and so is
 // anything not named by a sandbox id: it is not a Manager's.
 // Running it twice is harmless. It returns the ids it swept.
@@ -70,7 +71,7 @@ func (m *Manager) Reconcile(ctx context.Context) ([]string, error) {
 	for _, id := range namespaces {
 		m.logf("sandbox: reconciled leftover network namespace of %s", id)
 	}
-	errs = append(errs, err)
+	errs = append(errs, err, m.reconcileCgroups(ctx))
 	return swept, errors.Join(errs...)
 }
 

@@ -1,11 +1,13 @@
 // Package sandbox is the host's handle on disposable microVMs: it boots one
 // from the guest image with the machine's VMM, or restores a clone of a
-// template booted once per image and shape (template.go), makes its guest
-// unique (vsockproto.Provision), connects to the guest init, runs commands
-// and file transfers in it, and destroys it so that nothing remains — no
-// VMM process, socket, directory or network namespace — also when the
-// caller's context ends mid-boot or the daemon itself died. A Pool
-// (pool.go) keeps sandboxes started for whoever takes one.
+// template booted once per image and shape (template.go), confines every
+// VMM in a cgroup of its own and passes the guest its limits (confine.go),
+// makes its guest unique (vsockproto.Provision), connects to the guest
+// init, runs commands and file transfers in it, and destroys it so that
+// nothing remains — no VMM process, socket, directory, cgroup or network
+// namespace — also when the caller's context ends mid-boot or the daemon
+// itself died. A Pool (pool.go) keeps sandboxes started for whoever takes
+// one.
 package sandbox
 
 import (
@@ -27,6 +29,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/netns"
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/cgroup"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -82,6 +85,12 @@ type Manager struct {
 	pool *Pool
 
 	templates templates
+
+	limits Limits
+	// cgroups confines each VMM, templates' included; nil where the
+	// host has none for it, noCgroups says why.
+	cgroups   *cgroup.Hierarchy
+	noCgroups string
 }
 
 // leftoverKiller kills a VMM that a dead process left running for a
@@ -103,10 +112,14 @@ type Config struct {
 	// them (Options.Start): a process that starts one sandbox and exits
 	// would boot a template for nothing.
 	ColdStarts bool
+	// Limits bound each sandbox; unset fields take DefaultLimits'.
+	Limits Limits
 }
 
-// NewManager loads the guest image and picks the VMM driver. It does not
-// touch leftovers of other processes; call Reconcile for that.
+// NewManager loads the guest image, picks the VMM driver and finds the
+// host's cgroups for the VMMs (without them VMMs run unconfined, with a
+// warning). It does not touch leftovers of other processes; call Reconcile
+// for that.
 func NewManager(cfg Config) (*Manager, error) {
 	img, err := image.Load(cfg.StateDir)
 	if err != nil {
@@ -129,6 +142,10 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: create state dir: %w", err)
 	}
+	cgroups, noCgroups := detectCgroups()
+	if cgroups == nil {
+		logf("sandbox: VMMs run without cgroup limits on their CPU, memory and tasks: %s", noCgroups)
+	}
 	return &Manager{
 		driver:     driver,
 		stateDir:   cfg.StateDir,
@@ -139,20 +156,28 @@ func NewManager(cfg Config) (*Manager, error) {
 		coldStarts: cfg.ColdStarts,
 		live:       make(map[string]*Sandbox),
 		templates:  newTemplates(),
+		limits:     cfg.Limits.withDefaults(),
+		cgroups:    cgroups,
+		noCgroups:  noCgroups,
 	}, nil
 }
 
 // Driver names the VMM in use.
 func (m *Manager) Driver() string { return m.driver.Name() }
 
-// Describe says how VMs run here, for logs and benchmarks (see
-// DescribeDriver).
-func (m *Manager) Describe() string { return DescribeDriver(m.driver) }
+// Describe says how VMs run here, for logs and benchmarks: DescribeDriver's
+// account and the VMMs' cgroup limits, e.g. "qemu (tcg; seccomp, runs as
+// ephemeral-vmm in a chroot; cgroup v1: cpu quota, memory, tasks, I/O
+// weight (blkio.weight))".
+func (m *Manager) Describe() string { return describe(m.driver, m.describeCgroups()) }
 
 // DescribeDriver says how the driver runs VMs on this host: the VMM, its
 // accelerator and its confinement where the driver reports them, e.g.
 // "qemu (tcg; seccomp, runs as ephemeral-vmm in a chroot)".
-func DescribeDriver(driver vmm.Driver) string {
+func DescribeDriver(driver vmm.Driver) string { return describe(driver) }
+
+// describe is DescribeDriver's account of driver followed by more.
+func describe(driver vmm.Driver, more ...string) string {
 	var parts []string
 	if d, ok := driver.(interface{ Accelerator() (string, error) }); ok {
 		if acc, err := d.Accelerator(); err == nil {
@@ -166,6 +191,7 @@ func DescribeDriver(driver vmm.Driver) string {
 		}
 		parts = append(parts, c)
 	}
+	parts = append(parts, more...)
 	if len(parts) == 0 {
 		return driver.Name()
 	}
@@ -226,6 +252,8 @@ type Sandbox struct {
 	client  *vsockproto.Client
 	hello   vsockproto.Hello
 	scratch string
+	// cgroup confines the VMM; nil where the host has none.
+	cgroup *cgroup.Group
 	// env is added to every exec's environment: the proxy variables in
 	// broker mode.
 	env     []string
@@ -261,7 +289,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Sandbox, error) {
 	id := sandboxid.New()
 	vmCfg := m.vmConfig(img, opts, id, filepath.Join(m.dir, id))
 	// Checked before anything is built; the tap joins once it exists.
-	if err := vmCfg.Validate(); err != nil {
+	if err := errors.Join(vmCfg.Validate(), m.limits.Guest.Validate(opts.MemoryMiB)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	start, err := m.startFunc(img, opts)
@@ -279,7 +307,7 @@ func (m *Manager) vmConfig(img *image.Image, opts Options, id, dir string) vmm.C
 		Kernel:    img.Kernel,
 		Initrd:    img.Initrd,
 		RootDisk:  img.RootDisk,
-		Cmdline:   GuestCmdline,
+		Cmdline:   GuestCmdline + " " + m.limits.Guest.Params(),
 		VCPUs:     opts.VCPUs,
 		MemoryMiB: opts.MemoryMiB,
 		Dir:       filepath.Join(dir, "vm"),
@@ -325,6 +353,14 @@ func (m *Manager) create(ctx context.Context, vmCfg vmm.Config, opts Options, be
 	if err := os.Mkdir(vmCfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: create vm dir: %w", err)
 	}
+	group, err := m.confine(id, opts)
+	if err != nil {
+		return nil, err
+	}
+	if group != nil {
+		undo.AddErr(group.Remove)
+		vmCfg.Cgroup = group
+	}
 	vmCfg.Tap, vmCfg.MAC = network.Tap(), network.MAC()
 	machine, restored, err := start(ctx, vmCfg)
 	if err != nil {
@@ -356,6 +392,7 @@ func (m *Manager) create(ctx context.Context, vmCfg vmm.Config, opts Options, be
 		dir:     dir,
 		lock:    lock,
 		network: network,
+		cgroup:  group,
 		env:     append(proxyEnv(opts.Network), opts.Env...),
 		machine: machine,
 		client:  client,
@@ -523,14 +560,32 @@ func (s *Sandbox) ReadOutput(ctx context.Context, req vsockproto.FileRequest, w 
 	return nil
 }
 
-// explain marks errors caused by the VM having gone away.
+// vmExitGrace bounds how long a failed operation waits for the VMM's exit
+// to explain it: a VMM the kernel killed drops its connection to the guest
+// moments before it is reaped.
+const vmExitGrace = 2 * time.Second
+
+// explain marks errors caused by the VM having gone away, with why where
+// the host can tell.
 func (s *Sandbox) explain(err error) error {
+	var guestErr *vsockproto.GuestError
+	if errors.As(err, &guestErr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The guest answered, or the caller gave up: the VM may well live.
+		select {
+		case <-s.machine.Done():
+		default:
+			return err
+		}
+	}
 	select {
 	case <-s.machine.Done():
-		return fmt.Errorf("%w (the VM is gone)", err)
-	default:
+	case <-time.After(vmExitGrace):
 		return err
 	}
+	if cause := s.StopCause(); cause != nil {
+		return fmt.Errorf("%w (the VM is gone: %w)", err, cause)
+	}
+	return fmt.Errorf("%w (the VM is gone)", err)
 }
 
 // Done is closed when the VM has stopped, for whatever reason.
@@ -545,6 +600,11 @@ func (s *Sandbox) Destroy() error {
 		s.client.Close()
 		if err := s.machine.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close VM: %w", err))
+		}
+		if s.cgroup != nil {
+			if err := s.cgroup.Remove(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if err := s.network.Close(); err != nil {
 			errs = append(errs, err)

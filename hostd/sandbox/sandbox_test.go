@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ephemeralhq/ephemeral/guest/image"
+	"github.com/ephemeralhq/ephemeral/guest/limits"
 	"github.com/ephemeralhq/ephemeral/netns"
 )
 
@@ -33,9 +34,10 @@ func TestOptionsValidation(t *testing.T) {
 // it builds anything.
 func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 	m := &Manager{
-		image: &image.Image{Kernel: "/images/vmlinuz", Initrd: "/images/initrd", RootDisk: "/images/root.ext4"},
-		dir:   t.TempDir(),
-		live:  make(map[string]*Sandbox),
+		image:  &image.Image{Kernel: "/images/vmlinuz", Initrd: "/images/initrd", RootDisk: "/images/root.ext4"},
+		dir:    t.TempDir(),
+		live:   make(map[string]*Sandbox),
+		limits: DefaultLimits(),
 	}
 	for _, tc := range []struct {
 		opts Options
@@ -44,6 +46,9 @@ func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 		{Options{VCPUs: 17}, "vcpus 17 out of range"},
 		{Options{VCPUs: -1}, "vcpus -1 out of range"},
 		{Options{MemoryMiB: 64}, "memory 64 MiB out of range"},
+		// The guest's filesystems, at their default sizes, fill a 256 MiB
+		// guest's RAM.
+		{Options{MemoryMiB: 256}, "give the guest more memory"},
 	} {
 		sb, err := m.Create(context.Background(), tc.opts)
 		if err == nil {
@@ -55,5 +60,16 @@ func TestCreateRejectsBadResourcesFirst(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(m.dir); err != nil || len(entries) != 0 {
 		t.Errorf("the rejected sandboxes left %v in their state directory (%v)", entries, err)
+	}
+}
+
+// Limits a configuration leaves unset take their defaults; those it sets
+// stay.
+func TestLimitsDefaults(t *testing.T) {
+	got := Limits{VMMOverheadMiB: 300, Guest: limits.Limits{TmpMiB: 32}}.withDefaults()
+	want := DefaultLimits()
+	want.VMMOverheadMiB, want.Guest.TmpMiB = 300, 32
+	if got != want {
+		t.Errorf("withDefaults() = %+v, want %+v", got, want)
 	}
 }

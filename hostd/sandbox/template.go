@@ -237,6 +237,23 @@ func (m *Manager) snapshot(ctx context.Context, img *image.Image, opts Options) 
 	}
 	release := func() { os.RemoveAll(dir); lock.Close() }
 	undo.Add(release)
+	// The template's VMM runs in a cgroup of its own with a sandbox's
+	// limits, like every VMM, for as long as it runs: it is gone once the
+	// template is saved, and what it saved is the daemon's to hold (QEMU's
+	// RAM memfd is charged to the daemon's own group: see vmm/qemu's
+	// snapshot.go).
+	group, err := m.confine(id, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if group != nil {
+		defer func() {
+			if err := group.Remove(); err != nil {
+				m.logf("sandbox: template %s: %v", id, err)
+			}
+		}()
+		cfg.Cgroup = group
+	}
 	// Registered while its network exists, which Reconcile spares then.
 	if err := m.register(id, nil); err != nil {
 		return nil, nil, err

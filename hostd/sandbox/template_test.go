@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/guest/image"
 	"github.com/ephemeralhq/ephemeral/internal/testenv"
 	"github.com/ephemeralhq/ephemeral/vmm"
+	"github.com/ephemeralhq/ephemeral/vmm/cgroup"
 )
 
 // fakeSnapshotter saves templates without booting anything; it counts
@@ -22,6 +24,9 @@ type fakeSnapshotter struct {
 	saved  []*fakeSaved
 	fail   error
 	images []string // the kernel each template was booted with
+	// during, when set, is called with each template's Config while it
+	// is being saved.
+	during func(vmm.Config)
 }
 
 type fakeSaved struct {
@@ -44,6 +49,9 @@ func (d *fakeSnapshotter) Snapshot(_ context.Context, cfg vmm.Config) (vmm.Templ
 	defer d.mu.Unlock()
 	if d.fail != nil {
 		return nil, d.fail
+	}
+	if d.during != nil {
+		d.during(cfg)
 	}
 	t := &fakeSaved{cfg: cfg}
 	d.saved = append(d.saved, t)
@@ -179,5 +187,42 @@ func TestFailedTemplateIsRetriedLater(t *testing.T) {
 	m.templates.mu.Unlock()
 	if _, err := useTemplate(t, m); err != nil || len(d.saved) != 1 {
 		t.Errorf("after the retry delay: %v, %d saved; want a template", err, len(d.saved))
+	}
+}
+
+// A template's VMM runs in a cgroup of its own with a sandbox's limits,
+// which goes once the template is saved and its VMM with it.
+func TestTemplateVMMRunsInItsOwnCgroup(t *testing.T) {
+	m, d, _ := fakeManager(t)
+	if m.cgroups == nil {
+		testenv.Skip(t, "no cgroups for VMMs on this host: %s", m.noCgroups)
+	}
+	var during []bool
+	d.during = func(cfg vmm.Config) {
+		for _, dir := range m.cgroups.Dirs(cfg.ID) {
+			_, err := os.Stat(dir)
+			during = append(during, err == nil)
+		}
+	}
+	if _, err := useTemplate(t, m); err != nil {
+		t.Fatal(err)
+	}
+	cfg := d.saved[0].cfg
+	group, ok := cfg.Cgroup.(*cgroup.Group)
+	if !ok {
+		t.Fatalf("the template was saved with cgroup %#v, want one of its own", cfg.Cgroup)
+	}
+	opts, _ := (&Options{}).withDefaults()
+	want := cgroup.Limits{CPUs: opts.VCPUs, MemoryBytes: int64(opts.MemoryMiB+vmm.DefaultMemoryOverheadMiB) << 20, Tasks: vmmTasks, IOWeight: vmmIOWeight}
+	if group.Limits() != want {
+		t.Errorf("the template's cgroup limits %+v, want a sandbox's %+v", group.Limits(), want)
+	}
+	if len(during) == 0 || slices.Contains(during, false) {
+		t.Errorf("the template's group directories existed while it was saved: %v, want all", during)
+	}
+	for _, dir := range m.cgroups.Dirs(cfg.ID) {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the template's group %s outlived its save (%v)", dir, err)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/ephemeralhq/ephemeral/examples"
+	"github.com/ephemeralhq/ephemeral/guest/limits"
 	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/agent"
 	"github.com/ephemeralhq/ephemeral/hostd/api"
@@ -349,6 +350,15 @@ func newSandboxes(cfg config.Config, dir string, log *slog.Logger, coldStarts bo
 		Driver:     driver,
 		Logf:       func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
 		ColdStarts: coldStarts,
+		Limits: sandbox.Limits{
+			VMMOverheadMiB: cfg.VMMMemoryOverheadMiB,
+			Guest: limits.Limits{
+				ScratchMiB:       cfg.GuestScratchMiB,
+				TmpMiB:           cfg.GuestTmpMiB,
+				OverlayMiB:       cfg.GuestOverlayMiB,
+				CommandProcesses: cfg.GuestCommandProcesses,
+			},
+		},
 	})
 }
 

@@ -16,7 +16,7 @@ import (
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure sandbox starts against a raw QEMU boot, interleaved (see also: bench density)",
+		Usage: "measure sandbox starts against a raw QEMU boot, interleaved (see also: bench density, bench noisy)",
 		Description: `Each round starts, in turn, a raw QEMU boot of the sandbox's machine (the
 baseline), a cold sandbox (booted), a restored one (a clone of a template)
 and one taken from a warm pool, and times each to ready and to its first
@@ -39,6 +39,20 @@ from 20 rounds on) and each variant's ratio to the raw boot of its round.`,
 				&cli.DurationFlag{Name: "interval", Value: 20 * time.Second, Usage: "measure idle CPU over this long"},
 			},
 			Action: benchDensity,
+		}, {
+			Name:  "noisy",
+			Usage: "start sandboxes next to one whose guest spins all its vCPUs, and print their start as a ratio against a quiet neighbour",
+			Description: "Starts a noisy sandbox running `yes` on every vCPU, then N pairs of sandboxes one\n" +
+				"after another (cold boots, or clones with --restore): one while the noise is stopped\n" +
+				"(SIGSTOP), one while it runs, the order alternating. Prints create→first command done\n" +
+				"of both, each pair's ratio, and what CPU the noisy VMM used of its cgroup's quota while\n" +
+				"it ran.",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "n", Value: 5, Usage: "pairs of starts"},
+				&cli.IntFlag{Name: "noisy-cpus", Value: 1, Usage: "vCPUs of the noisy sandbox"},
+				&cli.BoolFlag{Name: "restore", Usage: "restore the measured sandboxes from a template instead of booting them"},
+			},
+			Action: benchNoisy,
 		}, benchStoreCommand},
 	}
 }

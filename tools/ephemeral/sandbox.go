@@ -101,6 +101,9 @@ func sandboxExec(c *cli.Context) error {
 	case st.TimedOut:
 		fmt.Fprintf(os.Stderr, "ephemeral: command timed out after %v and was killed\n", timeout)
 		return cli.Exit("", 124)
+	case st.ProcessLimit > 0:
+		fmt.Fprintf(os.Stderr, "ephemeral: command tried to have more than %d processes and threads at once and was killed\n", st.ProcessLimit)
+		return cli.Exit("", 128+st.Signal)
 	case st.Signal != 0:
 		return cli.Exit("", 128+st.Signal)
 	case st.Code != 0:

@@ -114,7 +114,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	var undo cleanup.Stack
 	defer undo.Run()
 
-	m, err := launch(d.binary, cfg.Dir)
+	m, err := launch(d.binary, cfg.Dir, cfg.Cgroup)
 	if err != nil {
 		return nil, fmt.Errorf("cloud-hypervisor: start %s: %w", cfg.ID, err)
 	}

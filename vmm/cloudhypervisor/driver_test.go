@@ -226,6 +226,29 @@ func TestStartWithoutTap(t *testing.T) {
 	}
 }
 
+// recordingCgroup records the pids it is given.
+type recordingCgroup struct{ pids []int }
+
+func (g *recordingCgroup) AddProcess(pid int) error {
+	g.pids = append(g.pids, pid)
+	return nil
+}
+
+func TestStartPutsTheVMMInItsCgroup(t *testing.T) {
+	driver := New(fakeVMM(t))
+	cfg := testConfig(t)
+	group := &recordingCgroup{}
+	cfg.Cgroup = group
+	m, err := driver.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer m.Close()
+	if len(group.pids) != 1 || group.pids[0] != m.PID() {
+		t.Errorf("cgroup got pids %v, want the VMM's %d once", group.pids, m.PID())
+	}
+}
+
 func TestCancelDuringStartLeavesNothing(t *testing.T) {
 	driver := New(fakeVMM(t))
 	marker := filepath.Join(t.TempDir(), "boot-called")

@@ -48,9 +48,10 @@ type machine struct {
 	closeErr  error
 }
 
-// launch starts the VMM with its API socket in dir. The returned machine
-// owns the process; kill or Close ends it.
-func launch(binary, dir string) (*machine, error) {
+// launch starts the VMM with its API socket in dir, in group unless it is
+// nil (no VM exists before the API creates one). The returned machine owns
+// the process; kill or Close ends it.
+func launch(binary, dir string, group vmm.Cgroup) (*machine, error) {
 	m := &machine{
 		apiSock:   filepath.Join(dir, apiSocketName),
 		vsockSock: filepath.Join(dir, vsockSocketName),
@@ -68,7 +69,7 @@ func launch(binary, dir string) (*machine, error) {
 	cmd.Stdout = m.console // serial mode Tty writes the guest's ttyS0 here
 	cmd.Stderr = m.vmmLog
 	cmd.WaitDelay = pipeDrainTimeout
-	proc, err := vmproc.Start(cmd)
+	proc, err := vmproc.Start(cmd, group)
 	if err != nil {
 		return nil, fmt.Errorf("launch %s: %w", binary, err)
 	}

@@ -50,8 +50,9 @@ type template struct {
 
 var _ vmm.Template = (*template)(nil)
 
-// Config implements vmm.Template. Its Tap, if any, was the template's at
-// boot and may be closed since; only whether there was one matters.
+// Config implements vmm.Template. Its Tap and Cgroup, if any, were the
+// template's at boot and may be gone since; only whether there was a Tap
+// matters.
 func (t *template) Config() vmm.Config { return t.cfg }
 
 // Close implements vmm.Template: it removes the snapshot. Clones have
@@ -76,7 +77,7 @@ func (d *Driver) Snapshot(ctx context.Context, cfg vmm.Config) (vmm.Template, er
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("cloud-hypervisor: snapshot: %w", err)
 	}
-	m, err := launch(d.binary, cfg.Dir)
+	m, err := launch(d.binary, cfg.Dir, cfg.Cgroup)
 	if err != nil {
 		return nil, fmt.Errorf("cloud-hypervisor: snapshot %s: %w", cfg.ID, err)
 	}
@@ -144,7 +145,7 @@ func (d *Driver) Restore(ctx context.Context, tv vmm.Template, cfg vmm.Config) (
 	}
 	var undo cleanup.Stack
 	defer undo.Run()
-	m, err := launch(d.binary, cfg.Dir)
+	m, err := launch(d.binary, cfg.Dir, cfg.Cgroup)
 	if err != nil {
 		return nil, fmt.Errorf("cloud-hypervisor: restore %s: %w", cfg.ID, err)
 	}

@@ -30,9 +30,14 @@ func TestSnapshotRestore(t *testing.T) {
 	driver := New(fakeVMM(t))
 	ctx := context.Background()
 	tcfg := testConfig(t)
+	templateGroup := &recordingCgroup{}
+	tcfg.Cgroup = templateGroup
 	tmpl, err := driver.Snapshot(ctx, tcfg)
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
+	}
+	if len(templateGroup.pids) != 1 {
+		t.Errorf("the template's cgroup got pids %v, want its VMM's once", templateGroup.pids)
 	}
 	snapDir := filepath.Join(tcfg.Dir, snapshotDirName)
 	for _, name := range []string{"config.json", "state.json", "memory-ranges"} {
@@ -44,9 +49,14 @@ func TestSnapshotRestore(t *testing.T) {
 
 	for i := range 2 {
 		cfg := cloneConfig(t, tcfg)
+		group := &recordingCgroup{}
+		cfg.Cgroup = group
 		m, err := driver.Restore(ctx, tmpl, cfg)
 		if err != nil {
 			t.Fatalf("Restore %d: %v", i, err)
+		}
+		if len(group.pids) != 1 || group.pids[0] != m.PID() {
+			t.Errorf("clone %d: its cgroup got pids %v, want its VMM's %d once", i, group.pids, m.PID())
 		}
 		tapSeen, err := os.ReadFile(cfg.Tap.Name())
 		if err != nil || string(tapSeen) != "fakech: tap queue restored\n" {

@@ -24,6 +24,17 @@ const (
 // guestChardevID names the chardev of the virtio-serial guest channel.
 const guestChardevID = "guest"
 
+// tcgCacheMiB bounds TCG's cache of translated guest code. QEMU's default
+// reserves 1 GiB and fills it as the guest runs new code: memory the
+// VMM's cgroup limit would have to allow for on top of the guest's RAM.
+// Full, the cache is flushed and refilled, which is what makes a small
+// one slow: at 32 MiB python3 -c 1 took 1.5-3 times as long after a boot.
+// Booting and importing a dozen Python modules fills about 106 MiB; at
+// 128 MiB (and at 64) that work took as long as with the default, booted
+// or restored (per-round ratios 0.8-1.05, medians of 6 and 10 rounds
+// interleaved), and the VMM's peak memory was the same.
+const tcgCacheMiB = 128
+
 // launch is everything that decides QEMU's command line. Descriptor
 // numbers are as the child sees them (exec.Cmd.ExtraFiles start at 3).
 type launch struct {
@@ -99,13 +110,9 @@ func (l launch) args() ([]string, error) {
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	case accelTCG:
 		args = append(args,
-			// The translation cache keeps QEMU's default size: a boot
-			// leaves about 48 MiB of it resident, and a cap of 32 MiB
-			// (tb-size=32) saves 16 MiB of an idle booted VM but makes
-			// it flush under work (python3 -c 1 took 1.5-3 times as
-			// long after a boot, measured interleaved). A clone
+			// A bounded translation cache (see tcgCacheMiB). A clone
 			// translates only what it runs after its restore.
-			"-accel", "tcg",
+			"-accel", "tcg,tb-size="+strconv.Itoa(tcgCacheMiB),
 			// -cpu max is pathologically slow under TCG; qemu64 boots
 			// the cloud kernel in about 2 s. Without ARAT its local
 			// APIC timer counts as stopping in deep idle, and with no

@@ -64,7 +64,7 @@ func TestArgsTCG(t *testing.T) {
 	want := map[string][]string{
 		"-M":       {"microvm"},
 		"-object":  nil,
-		"-accel":   {"tcg"},
+		"-accel":   {"tcg,tb-size=128"},
 		"-cpu":     {"qemu64,+arat"},
 		"-m":       {"512"},
 		"-smp":     {"2"},

@@ -211,7 +211,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, b boot) (*machine, 
 	// (-runas), which clears the parent-death signal: from then on a
 	// crashed daemon leaves it running until KillLeftover finds it at the
 	// next start.
-	m.proc, err = vmproc.Start(cmd)
+	m.proc, err = vmproc.Start(cmd, cfg.Cgroup)
 	if err != nil {
 		return nil, nil, fmt.Errorf("qemu: start %s: %w", d.binary, err)
 	}

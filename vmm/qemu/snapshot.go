@@ -20,8 +20,9 @@ import (
 // spawn=deny rules out exec: migration; fd: needs nothing QEMU cannot do
 // confined):
 //
-//   - The template boots with its RAM in a memfd the driver creates and
-//     QEMU maps shared. Once the guest init waits for its host, the driver
+//   - The template boots with its RAM in a memfd the driver creates,
+//     allocates in full (see allocate) and QEMU maps shared. Once the
+//     guest init waits for its host, the driver
 //     stops the guest and migrates it into a second memfd with
 //     x-ignore-shared, which leaves shared RAM out of the stream: the
 //     stream is the device state (tens of KiB), the RAM is already in the
@@ -58,8 +59,9 @@ type template struct {
 
 var _ vmm.Template = (*template)(nil)
 
-// Config implements vmm.Template. Its Tap, if any, was the template's at
-// boot and may be closed since; only whether there was one matters.
+// Config implements vmm.Template. Its Tap and Cgroup, if any, were the
+// template's at boot and may be gone since; only whether there was a Tap
+// matters.
 func (t *template) Config() vmm.Config { return t.cfg }
 
 // Close implements vmm.Template: the memfds go once no clone maps them.
@@ -76,6 +78,10 @@ var _ vmm.Snapshotter = (*Driver)(nil)
 func (d *Driver) Snapshot(ctx context.Context, cfg vmm.Config) (_ vmm.Template, err error) {
 	ram, err := newMemfd("ephemeral-template-ram", int64(cfg.MemoryMiB)<<20)
 	if err != nil {
+		return nil, err
+	}
+	if err := allocate(ram); err != nil {
+		ram.Close()
 		return nil, err
 	}
 	state, err := newMemfd("ephemeral-template-state", 0)
@@ -242,6 +248,28 @@ func newMemfd(name string, size int64) (*os.File, error) {
 		return nil, fmt.Errorf("qemu: memfd %s: %w", name, err)
 	}
 	return f, nil
+}
+
+// allocate gives every page of the memory file f its memory now, charged
+// to the daemon's own cgroup: the template's RAM is the daemon's to hold,
+// for as long as the template serves, whichever VMM wrote it. Left a hole,
+// a page would be allocated in f by the first clone to write it (a private
+// mapping's write fault reads the file's page before copying it), charged
+// to that clone's cgroup on top of its copy, and kept in f until the
+// template goes, charged to a group that may be long removed. Measured
+// before this, 512 MiB guests: a clone writing 200 MiB the template never
+// touched was charged 290 MiB of its own pages and 206 MiB of f's, and one
+// filling 400 MiB passed its 768 MiB limit and was killed, where a booted
+// guest runs in about 650 MiB.
+func allocate(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("qemu: allocate %s: %w", f.Name(), err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, fi.Size()); err != nil {
+		return fmt.Errorf("qemu: allocate %s: %w", f.Name(), os.NewSyscallError("fallocate", err))
+	}
+	return nil
 }
 
 // seal makes f immutable for every process that holds it, this one too.

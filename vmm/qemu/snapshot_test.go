@@ -71,11 +71,16 @@ func TestSnapshotRestore(t *testing.T) {
 	tcfg := testConfig(t, img)
 	tcfg.Tap = tapInThrowawayNamespace(t)
 	tcfg.MAC = net.HardwareAddr{0x02, 0xe9, 0, 0, 0, 1}
+	templateGroup := &recordingCgroup{}
+	tcfg.Cgroup = templateGroup
 	tmpl, err := d.Snapshot(ctx, tcfg)
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	defer tmpl.Close()
+	if len(templateGroup.pids) != 1 {
+		t.Errorf("the template's cgroup got pids %v, want its VMM's once", templateGroup.pids)
+	}
 	assertEmptyDir(t, tcfg.Dir)
 
 	qt := tmpl.(*template)
@@ -99,11 +104,16 @@ func TestSnapshotRestore(t *testing.T) {
 		cfg := testConfig(t, img)
 		cfg.Tap = tapInThrowawayNamespace(t)
 		cfg.MAC = net.HardwareAddr{0x02, 0xe9, 0, 0, 1, byte(i)}
+		group := &recordingCgroup{}
+		cfg.Cgroup = group
 		m, err := d.Restore(ctx, tmpl, cfg)
 		if err != nil {
 			t.Fatalf("Restore %d: %v", i, err)
 		}
 		defer m.Close()
+		if len(group.pids) != 1 || group.pids[0] != m.PID() {
+			t.Errorf("clone %d: its cgroup got pids %v, want its VMM's %d once", i, group.pids, m.PID())
+		}
 		client, done := connectAndProvision(t, ctx, m)
 		out := shell(t, ctx, client, "pwd; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'")
 		lines := strings.Split(out, "\n")
@@ -164,6 +174,14 @@ func TestRestoreOfForeignTemplateFails(t *testing.T) {
 	if _, err := d.Restore(context.Background(), fakeTemplate{}, vmm.Config{}); err == nil || !strings.Contains(err.Error(), "not QEMU's") {
 		t.Errorf("Restore of a foreign template = %v", err)
 	}
+}
+
+// recordingCgroup records the pids it is given.
+type recordingCgroup struct{ pids []int }
+
+func (g *recordingCgroup) AddProcess(pid int) error {
+	g.pids = append(g.pids, pid)
+	return nil
 }
 
 type fakeTemplate struct{}

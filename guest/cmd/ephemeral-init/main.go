@@ -90,6 +90,10 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.MountAll(initd.EarlyMounts); err != nil {
 		return nil, hello, err
 	}
+	lim, err := initd.ReadLimits()
+	if err != nil {
+		return nil, hello, err
+	}
 	if err := initd.LoadModules(); err != nil {
 		return nil, hello, err
 	}
@@ -99,10 +103,10 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.WaitForDevice(waitCtx, rootDisk); err != nil {
 		return nil, hello, err
 	}
-	if err := initd.SwitchToOverlayRoot(rootDisk); err != nil {
+	if err := initd.SwitchToOverlayRoot(rootDisk, lim.OverlayMiB); err != nil {
 		return nil, hello, err
 	}
-	if err := initd.MountAll(initd.RootMounts); err != nil {
+	if err := initd.MountAll(initd.WithSizes(initd.RootMounts, initd.RootMountSizes(lim))); err != nil {
 		return nil, hello, err
 	}
 	if err := initd.MakeDevLinks(); err != nil {
@@ -120,10 +124,18 @@ func boot(ctx context.Context) (*service.Service, vsockproto.Hello, error) {
 	if err := initd.PreloadFiles("/", initd.Preloaded); err != nil {
 		return nil, hello, err
 	}
+	if err := initd.LimitUserProcesses(lim.UserProcesses()); err != nil {
+		return nil, hello, err
+	}
+	groups, err := worker.NewCommandGroups(initd.CgroupRoot, lim.CommandProcesses, logf)
+	if err != nil {
+		return nil, hello, err
+	}
 	svc := &service.Service{
-		Runner:      &worker.Runner{Reaper: worker.NewReaper(), Root: "/"},
+		Runner:      &worker.Runner{Reaper: worker.NewReaper(), Root: "/", Groups: groups},
 		Identity:    func(p vsockproto.Provision) error { return provision.Apply("/", p) },
 		ScratchBase: "/tmp",
+		ScratchMiB:  lim.ScratchMiB,
 		PowerOff:    initd.PowerOff,
 		Logf:        logf,
 	}

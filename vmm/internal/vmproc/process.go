@@ -2,6 +2,8 @@ package vmproc
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ephemeralhq/ephemeral/vmm"
 )
 
 // Process is a started VMM process, leading its own process group, which
@@ -33,17 +37,29 @@ type Process struct {
 
 // Start starts cmd in its own process group (so that Kill ends whatever
 // the VMM spawned too) with SIGKILL as its parent-death signal (so that it
-// dies with the daemon, even on a crash), and supervises it until it exits.
-// It overwrites those two fields of cmd.SysProcAttr; the rest of cmd is the
-// caller's.
+// dies with the daemon, even on a crash), no_new_privs set (so that
+// nothing it executes gains privileges through set-user-ID bits or file
+// capabilities) and no descriptor of the daemon but those cmd names (see
+// closeOnExecAll), adds it to group unless group is nil, and supervises it
+// until it exits. It overwrites Setpgid and Pdeathsig of cmd.SysProcAttr;
+// the rest of cmd is the caller's.
 //
-// The supervisor holds its OS thread from start to exit because the
-// parent-death signal fires when the forking thread ends, not the daemon:
-// a thread returned to the pool could later be retired (a goroutine that
-// exits while locked to it, as network namespace code does) and take a
-// healthy VM down with it. The kernel clears the signal when the VMM
-// switches user: from then on only a leftover sweep ends it after a crash.
-func Start(cmd *exec.Cmd) (*Process, error) {
+// group receives the process before Start returns: a VMM that starts its
+// guest paused (QEMU's -S) or only on request (Cloud Hypervisor's API) has
+// run no guest instruction by then. A process that cannot be added is
+// killed, and Start fails.
+//
+// The supervisor holds its OS thread from start to exit, for two reasons.
+// The parent-death signal fires when the forking thread ends, not the
+// daemon: a thread returned to the pool could later be retired (a
+// goroutine that exits while locked to it, as network namespace code does)
+// and take a healthy VM down with it. And no_new_privs is a property of
+// the thread, inherited across fork: setting it on the forking thread
+// confines the VMM and nothing else of the daemon, provided that thread
+// never runs another goroutine, so it is retired with the supervisor. The
+// kernel clears the parent-death signal when the VMM switches user: from
+// then on only a leftover sweep ends it after a crash.
+func Start(cmd *exec.Cmd, group vmm.Cgroup) (*Process, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -51,27 +67,43 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	started := make(chan error, 1)
-	go p.supervise(started)
+	go p.supervise(started, group)
 	if err := <-started; err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// supervise starts the process, reports the outcome on started, then waits
-// for the process to exit, kills whatever it left in its group, reaps it
-// and closes done.
-func (p *Process) supervise(started chan<- error) {
+// supervise starts the process, places it in group, reports the outcome on
+// started, then waits for the process to exit, kills whatever it left in
+// its group, reaps it and closes done.
+func (p *Process) supervise(started chan<- error, group vmm.Cgroup) {
+	// Never unlocked: see Start. The thread ends with this goroutine.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		started <- os.NewSyscallError("prctl PR_SET_NO_NEW_PRIVS", err)
+		return
+	}
+	if err := closeOnExecAll(); err != nil {
+		started <- fmt.Errorf("close the daemon's descriptors on exec: %w", err)
+		return
+	}
 	p.launched = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		started <- err
 		return
 	}
+	pid := p.cmd.Process.Pid
+	if group != nil {
+		if err := group.AddProcess(pid); err != nil {
+			syscall.Kill(-pid, syscall.SIGKILL)
+			p.cmd.Wait()
+			started <- fmt.Errorf("confine pid %d: %w", pid, err)
+			return
+		}
+	}
 	started <- nil
 	defer close(p.done)
-	pid := p.cmd.Process.Pid
 	// WNOWAIT leaves the leader a zombie, keeping the group id ours until
 	// the group has been killed below.
 	var info unix.Siginfo
