@@ -45,7 +45,7 @@ func TestGuestLimitsEndToEnd(t *testing.T) {
 	)
 	model := httptest.NewServer(fake)
 	defer model.Close()
-	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1")
+	d := startServe(t, state, "EPHEMERAL_OPENAI_BASE_URL="+model.URL+"/v1", "EPHEMERAL_DEFAULT_MODEL=openai/gpt-6-luna")
 
 	var created apiRun
 	if status := d.call(t, "POST", "/v1/runs", strings.NewReader(`{"prompt": "test the limits", "shell": true, "timeout_seconds": 300, "max_cost_micros": 100000}`),
