@@ -98,15 +98,40 @@ func (b *tab) open(path string) {
 // until then, so a missing element fails the test instead of hanging it.
 const actionTimeout = time.Minute
 
-// do runs browser actions within actionTimeout.
+// do runs browser actions within actionTimeout. An action that met a
+// document being replaced (a page still loading after a navigation:
+// chromium forgets the nodes of the old one) is tried again on the new
+// one; on a loaded machine that happens between a navigation and the next
+// action.
 func (b *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
 	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
+	for {
+		err := chromedp.Do(ctx, actions...)
+		if err == nil {
+			return
+		}
+		if documentReplaced(err) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		b.shot("failed-" + regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(what), "-"))
 		b.t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// documentReplaced reports whether err is chromium saying the node or the
+// JavaScript context an action used belongs to a document that is gone.
+func documentReplaced(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"No node with given id found", "Could not find node with given id",
+		"Cannot find context with specified id", "Node with given id does not belong to the document", "Execution context was destroyed"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *tab) openURL(url string) { b.t.Helper(); b.do("open "+url, chromedp.Navigate(url)) }
