@@ -90,6 +90,12 @@ func canonicalSubpath(raw string) (string, *refusal) {
 	if trailingSlash && len(kept) > 0 {
 		out += "/"
 	}
+	// Escaping can triple a path's length; what is forwarded obeys the
+	// same limit as what was asked for, or the result would not be its
+	// own canonical form.
+	if len(out) > maxSubpathBytes {
+		return "", refuse(http.StatusRequestURITooLong, "path exceeds %d bytes once escaped", maxSubpathBytes)
+	}
 	return out, nil
 }
 

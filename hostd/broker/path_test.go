@@ -108,6 +108,7 @@ var subpathCases = []struct {
 	{raw: "/%252525252541", status: 400}, // six layers deep
 	{raw: "v1", status: 400},
 	{raw: "/" + strings.Repeat("a", maxSubpathBytes), status: http.StatusRequestURITooLong},
+	{raw: "/" + strings.Repeat("#", maxSubpathBytes/2), status: http.StatusRequestURITooLong},
 }
 
 func TestCanonicalSubpath(t *testing.T) {
