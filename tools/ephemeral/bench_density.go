@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
-	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/vsockproto"
 )
 
@@ -34,26 +33,12 @@ type densitySample struct {
 }
 
 func benchDensity(c *cli.Context) error {
-	if err := requireRoot(c, vmsNeedRoot); err != nil {
-		return err
-	}
-	n := c.Int("n")
-	if n < 1 || n > 10000 {
-		return cli.Exit(fmt.Sprintf("ephemeral bench density: -n must be in 1..10000, got %d", n), 2)
-	}
-	ctx := c.Context
-	loaded, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
+	n, mgr, err := benchSandboxes(c, "ephemeral bench density", 10000)
 	if err != nil {
 		return err
 	}
 	defer mgr.Shutdown()
-	if _, err := mgr.Reconcile(ctx); err != nil {
-		stderrLog.Warn("reconcile leftovers", "err", err)
-	}
+	ctx := c.Context
 	opts := sandbox.Options{MemoryMiB: c.Int("memory"), Start: sandbox.StartRestore}
 	how := "restored from a template"
 	if c.Bool("boot") {

@@ -21,26 +21,12 @@ import (
 const noiseSettle = 500 * time.Millisecond
 
 func benchNoisy(c *cli.Context) error {
-	if err := requireRoot(c, vmsNeedRoot); err != nil {
-		return err
-	}
-	n := c.Int("n")
-	if n < 1 || n > 100 {
-		return cli.Exit(fmt.Sprintf("ephemeral bench noisy: -n must be in 1..100, got %d", n), 2)
-	}
-	ctx := c.Context
-	loaded, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
+	n, mgr, err := benchSandboxes(c, "ephemeral bench noisy", 100)
 	if err != nil {
 		return err
 	}
 	defer mgr.Shutdown()
-	if _, err := mgr.Reconcile(ctx); err != nil {
-		stderrLog.Warn("reconcile leftovers", "err", err)
-	}
+	ctx := c.Context
 	measured := sandbox.Options{Start: sandbox.StartBoot}
 	if c.Bool("restore") {
 		measured.Start = sandbox.StartRestore
@@ -124,4 +110,29 @@ func cpuTime(sb *sandbox.Sandbox) (time.Duration, error) {
 		return 0, errors.New("no cgroup")
 	}
 	return g.CPUTime()
+}
+
+// benchSandboxes is the set-up the VM benches share: root, -n within
+// 1..maxN, and a sandbox manager from the configuration with any
+// leftovers of an earlier run reconciled.
+func benchSandboxes(c *cli.Context, command string, maxN int) (int, *sandbox.Manager, error) {
+	if err := requireRoot(c, vmsNeedRoot); err != nil {
+		return 0, nil, err
+	}
+	n := c.Int("n")
+	if n < 1 || n > maxN {
+		return 0, nil, cli.Exit(fmt.Sprintf("%s: -n must be in 1..%d, got %d", command, maxN, n), 2)
+	}
+	loaded, err := loadConfig(c)
+	if err != nil {
+		return 0, nil, err
+	}
+	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := mgr.Reconcile(c.Context); err != nil {
+		stderrLog.Warn("reconcile leftovers", "err", err)
+	}
+	return n, mgr, nil
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ephemeralhq/ephemeral/hostd/sandbox"
-	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/internal/sandboxid"
 	"github.com/ephemeralhq/ephemeral/vmm"
 	"github.com/ephemeralhq/ephemeral/vmm/qemu"
@@ -49,26 +48,12 @@ type startVariant struct {
 }
 
 func benchStart(c *cli.Context) error {
-	if err := requireRoot(c, vmsNeedRoot); err != nil {
-		return err
-	}
-	n := c.Int("n")
-	if n < 1 || n > 1000 {
-		return cli.Exit(fmt.Sprintf("ephemeral bench: -n must be in 1..1000, got %d", n), 2)
-	}
-	ctx := c.Context
-	loaded, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	mgr, err := system.NewSandboxes(loaded.Config, "", stderrLog)
+	n, mgr, err := benchSandboxes(c, "ephemeral bench", 1000)
 	if err != nil {
 		return err
 	}
 	defer mgr.Shutdown()
-	if _, err := mgr.Reconcile(ctx); err != nil {
-		stderrLog.Warn("reconcile leftovers", "err", err)
-	}
+	ctx := c.Context
 	shape := sandbox.Options{MemoryMiB: c.Int("memory")}
 	poolShape := shape
 	poolShape.Start = sandbox.StartRestore // as the daemon's pool starts them
