@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ephemeral needs on the host: QEMU to boot
 # microVMs, debootstrap/e2fsprogs/dpkg to build the guest image, chromium
-# for the web app's browser tests, Node.js and npm (only where npx is
-# missing) for the OpenAPI lint, and the unprivileged system user QEMU
-# drops to once it has opened its devices and files. Idempotent: packages and the user already present are left alone,
+# for the web app's browser tests, PostgreSQL for the many-hosts tests,
+# which start throwaway clusters of their own (not the system cluster the
+# package runs on port 5432), Node.js and npm (only where npx is missing)
+# for the OpenAPI lint, and the unprivileged system user QEMU drops to
+# once it has opened its devices and files. Idempotent: packages and the user already present are left alone,
 # but the package lists are always refreshed because the image build
 # downloads the current cloud kernel.
 set -euo pipefail
@@ -13,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-packages=(qemu-system-x86 debootstrap e2fsprogs dpkg iproute2 ca-certificates chromium)
+packages=(qemu-system-x86 debootstrap e2fsprogs dpkg iproute2 ca-certificates chromium postgresql)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

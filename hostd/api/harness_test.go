@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/runs"
 	"github.com/ephemeralhq/ephemeral/hostd/seal"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/store/storetest"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
 	"github.com/ephemeralhq/ephemeral/hostd/webhook"
 )
@@ -137,6 +137,8 @@ type harnessConfig struct {
 
 // newHarness serves the real handlers over HTTP on a fresh SQLite file with
 // one organisation, one member key and a credited balance.
+func TestMain(m *testing.M) { storetest.Main(m) }
+
 func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
 	if cfg.executor == nil {
@@ -155,11 +157,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		cfg.retention = 30 * 24 * time.Hour
 	}
 	ctx := context.Background()
-	dbPath := filepath.Join(t.TempDir(), "ephemeral.db")
-	st, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dbPath := storetest.Open(t)
 	hub := timeline.NewHub()
 	svc := runs.New(st, hub, runs.Config{Executor: cfg.executor, Rates: ledger.DefaultRates,
 		MaxConcurrent: cfg.maxConcurrent, MaxActivePerOrg: cfg.maxActivePerOrg, Retention: cfg.retention,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/store/storetest"
 )
 
 // slow is a rate that does not refill within a test: only the burst counts.
@@ -149,11 +149,7 @@ func TestRevokedKeyEndsItsEventStreams(t *testing.T) {
 		t.Fatalf("first event %+v", e)
 	}
 
-	admin, err := store.Open(context.Background(), h.dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := storetest.Reopen(t, h.store, h.dbPath)
 	id, _ := parseKeyID(t, h.key)
 	if err := admin.RevokeKey(context.Background(), id); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,13 @@ import (
 // Config is every setting, typed. Defaults returns its default values.
 type Config struct {
 	StateDir string
-	Listen   string
+	// Database is empty for the embedded SQLite database in StateDir, or
+	// a postgres:// URL of a database that several daemons share.
+	Database string
+	// NodeLease is how long a daemon sharing a PostgreSQL database may
+	// miss its heartbeats before another marks its runs node_lost.
+	NodeLease time.Duration
+	Listen    string
 	// MetricsListen is where /metrics is served; empty: nowhere.
 	MetricsListen string
 	// VMM is "auto", "qemu" or "cloud-hypervisor".
@@ -119,6 +125,7 @@ func Defaults() Config {
 	guest := limits.Defaults()
 	return Config{
 		StateDir:        "/var/lib/ephemeral",
+		NodeLease:       15 * time.Second,
 		Listen:          "127.0.0.1:8080",
 		VMM:             VMMAuto,
 		Retention:       30 * 24 * time.Hour,
@@ -230,6 +237,8 @@ func (s Setting) Value(c *Config) string {
 var Settings = []Setting{
 	{Name: ConfigFileSetting, Usage: "JSON configuration file; its keys are the setting names"},
 	{Name: "state-dir", Usage: "directory for images, VM state, the database and the secret key", field: func(c *Config) any { return &c.StateDir }},
+	{Name: "database", Usage: "empty: the embedded SQLite database in the state directory; postgres://user:password@host/db?sslmode=...: a PostgreSQL database that several daemons (nodes) share, each executing runs on its own machine", Secret: true, field: func(c *Config) any { return &c.Database }},
+	{Name: "node-lease", Usage: "with a shared PostgreSQL database: how long a node may miss its heartbeats before another node fails its runs as node_lost (charging what was metered)", field: func(c *Config) any { return &c.NodeLease }},
 	{Name: "listen", Usage: "address the API serves on (host:port)", field: func(c *Config) any { return &c.Listen }},
 	{Name: "metrics-listen", Usage: "address /metrics is served on (host:port), apart from the API; keep it on loopback: the metrics sum up every organisation. Empty: not served", field: func(c *Config) any { return &c.MetricsListen }},
 	{Name: "vmm", Usage: "VMM: auto (Cloud Hypervisor with hardware KVM, else QEMU), qemu or cloud-hypervisor", field: func(c *Config) any { return &c.VMM }},
@@ -296,6 +305,9 @@ func (c Config) Validate() error {
 	if c.StateDir == "" {
 		bad("state-dir", "must not be empty")
 	}
+	if c.Database != "" && !strings.HasPrefix(c.Database, "postgres://") && !strings.HasPrefix(c.Database, "postgresql://") {
+		bad("database", "want empty (SQLite in the state directory) or a postgres:// URL")
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "want host:port, got %q", c.Listen)
 	}
@@ -310,7 +322,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"retention", c.Retention}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout},
+	}{{"retention", c.Retention}, {"node-lease", c.NodeLease}, {"janitor-interval", c.JanitorInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"command-timeout", c.CommandTimeout},
 		{"session-idle-timeout", c.SessionIdleTimeout}, {"session-max-age", c.SessionMaxAge},
 
 		{"webhook-first-retry", c.WebhookFirstRetry}, {"webhook-timeout", c.WebhookTimeout}} {

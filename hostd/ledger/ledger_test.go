@@ -11,13 +11,22 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
+	"github.com/ephemeralhq/ephemeral/hostd/store/storetest"
 )
+
+func TestMain(m *testing.M) { storetest.Main(m) }
 
 // openDB opens a real SQLite file, created with the store's schema, with
 // several connections, so concurrent transactions really contend for
-// SQLite's write lock (the store itself would queue them on one).
+// SQLite's write lock (the store itself would queue them on one); or,
+// under EPHEMERAL_TEST_DATABASE=postgres, the store's PostgreSQL pool,
+// whose connections contend for the account's row.
 func openDB(t *testing.T) *sql.DB {
 	t.Helper()
+	if storetest.Postgres() {
+		st, _ := storetest.Open(t)
+		return st.DB()
+	}
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	st, err := store.Open(context.Background(), path)
 	if err != nil {

@@ -3,20 +3,67 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ephemeralhq/ephemeral/internal/pgtest"
 )
 
 func openTestStore(t *testing.T) *Store {
 	t.Helper()
-	st, err := Open(context.Background(), filepath.Join(t.TempDir(), "ephemeral.db"))
+	st, _ := openTestStoreAt(t)
+	return st
+}
+
+// openTestStoreAt opens an empty store in the dialect this test binary
+// runs against (EPHEMERAL_TEST_DATABASE=postgres: a fresh database in a
+// throwaway PostgreSQL cluster; else an SQLite file) and returns with it
+// what reopenTestStore needs to open it again. Package storetest does this
+// for other packages; the store's own tests cannot import it.
+func openTestStoreAt(t *testing.T) (*Store, string) {
+	t.Helper()
+	var (
+		st  *Store
+		at  string
+		err error
+	)
+	if os.Getenv("EPHEMERAL_TEST_DATABASE") == "postgres" {
+		at = pgtest.Shared(t).NewDatabase(t)
+		st, err = OpenPostgres(context.Background(), at)
+	} else {
+		at = filepath.Join(t.TempDir(), "ephemeral.db")
+		st, err = Open(context.Background(), at)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, at
+}
+
+// reopenTestStore opens the database openTestStoreAt returned again, as
+// a restarted daemon would.
+func reopenTestStore(t *testing.T, at string) *Store {
+	t.Helper()
+	var (
+		st  *Store
+		err error
+	)
+	if IsPostgresURL(at) {
+		st, err = OpenPostgres(context.Background(), at)
+	} else {
+		st, err = Open(context.Background(), at)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+func TestMain(m *testing.M) { pgtest.RunMain(m) }
 
 func TestCreateAccountMakesAFundedOrganisationWithOneMember(t *testing.T) {
 	ctx := context.Background()

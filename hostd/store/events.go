@@ -37,7 +37,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, runID string, e Event) (Event,
 	err := tx.QueryRowContext(ctx, `INSERT INTO events (run_id, seq, rev, t_millis, category, message, data, content)
 		VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = ?1), `+nextRev+`, ?2, ?3, ?4, ?5, ?6)
 		RETURNING seq, rev`,
-		runID, e.T.Milliseconds(), e.Category, e.Message, nullableData(e.Data), e.Content).Scan(&e.Seq, &e.Rev)
+		runID, e.T.Milliseconds(), e.Category, e.Message, nullableData(e.Data), boolInt(e.Content)).Scan(&e.Seq, &e.Rev)
 	if err != nil {
 		return Event{}, fmt.Errorf("store: append event to %s: %w", runID, err)
 	}
@@ -61,9 +61,9 @@ func (s *Store) AmendEventData(ctx context.Context, runID string, seq int64, dat
 }
 
 func amendEvent(ctx context.Context, tx *sql.Tx, runID string, seq int64, data json.RawMessage, content bool) (Event, error) {
-	e, err := scanEvent(tx.QueryRowContext(ctx, `UPDATE events SET data = ?3, rev = `+nextRev+`, content = content OR ?4
+	e, err := scanEvent(tx.QueryRowContext(ctx, `UPDATE events SET data = ?3, rev = `+nextRev+`, content = CASE WHEN ?4 = 1 THEN 1 ELSE content END
 		WHERE run_id = ?1 AND seq = ?2 AND EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND purged_at IS NULL)
-		RETURNING `+eventColumns, runID, seq, nullableData(data), content))
+		RETURNING `+eventColumns, runID, seq, nullableData(data), boolInt(content)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, fmt.Errorf("store: amend event %d of %s: %w", seq, runID, ErrNotFound)
 	}

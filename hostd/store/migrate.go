@@ -13,7 +13,8 @@ import (
 )
 
 // The schema is a numbered list of migrations, one SQL file each, kept
-// per SQL dialect under migrations/<dialect>/NNNN_name.sql. A database
+// per SQL dialect under migrations/<dialect>/NNNN_name.sql (sqlite,
+// postgres), the same numbers meaning the same change on both. A database
 // records in schema_migrations which ones it has; Open applies the rest in
 // order, each in its own transaction with its record.
 //
@@ -56,43 +57,70 @@ func migrations(dialect string) ([]migration, error) {
 
 // migrate brings the database up to this build's schema. A database written
 // by a newer build is refused rather than used with a schema this code does
-// not know.
+// not know. Daemons starting together on one PostgreSQL database take
+// turns: each migration's transaction first takes an advisory lock and
+// reads the version again.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := migrations("sqlite")
+	ms, err := migrations(string(s.dialect))
 	if err != nil {
 		return err
 	}
-	if _, err := s.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("store: create schema_migrations: %w", err)
-	}
-	if err := s.adoptUnversioned(ctx); err != nil {
-		return err
-	}
-	var have int
-	if err := s.write.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("store: read schema version: %w", err)
-	}
-	if have > len(ms) {
-		return fmt.Errorf("store: the database has schema version %d, newer than this build's %d: run a newer ephemeral", have, len(ms))
-	}
-	for _, m := range ms[have:] {
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, millis(time.Now()))
+	if s.dialect == sqlite {
+		if _, err := s.write.ExecContext(ctx, schemaMigrationsTable); err != nil {
+			return fmt.Errorf("store: create schema_migrations: %w", err)
+		}
+		if err := s.adoptUnversioned(ctx); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("store: migration %04d_%s: %w", m.version, m.name, err)
 		}
 	}
-	return nil
+	for {
+		done := false
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			if s.dialect == postgres {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+migrationLock+`)`); err != nil {
+					return fmt.Errorf("store: lock for migrations: %w", err)
+				}
+				if _, err := tx.ExecContext(ctx, schemaMigrationsTable); err != nil {
+					return fmt.Errorf("store: create schema_migrations: %w", err)
+				}
+			}
+			var have int
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+				return fmt.Errorf("store: read schema version: %w", err)
+			}
+			if have > len(ms) {
+				return fmt.Errorf("store: the database has schema version %d, newer than this build's %d: run a newer ephemeral", have, len(ms))
+			}
+			if have == len(ms) {
+				done = true
+				return nil
+			}
+			m := ms[have]
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("store: migration %04d_%s: %w", m.version, m.name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.version, m.name, millis(time.Now())); err != nil {
+				return fmt.Errorf("store: record migration %04d_%s: %w", m.version, m.name, err)
+			}
+			return nil
+		})
+		if err != nil || done {
+			return err
+		}
+	}
 }
+
+// schemaMigrationsTable records which migrations a database has; the same
+// SQL serves both dialects.
+const schemaMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at BIGINT NOT NULL)`
+
+// migrationLock is the PostgreSQL advisory lock key that serialises
+// migrations (an arbitrary constant: "ephm" in ASCII).
+const migrationLock = "1701865581"
 
 // adoptUnversioned records the migrations a database made before schema
 // versions existed already has: daemons then created the first schema

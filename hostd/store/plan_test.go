@@ -140,6 +140,10 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 	}
 	return []tourStep{
 		{"Ping", func() error { return st.Ping(ctx) }},
+		// Accessors: they run no statement.
+		{"Postgres", func() error { st.Postgres(); return nil }},
+		{"URL", func() error { st.URL(); return nil }},
+		{"DB", func() error { st.DB(); return nil }},
 		{"CreateOrg", func() (err error) { org, err = st.CreateOrg(ctx, "acme"); return err }},
 		{"OrgByName", func() error { _, err := st.OrgByName(ctx, "acme"); return err }},
 		{"OrgsPage", func() error { _, _, err := st.OrgsPage(ctx, "a", 100); return err }},

@@ -175,7 +175,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO runs (id, org_id, idempotency_key, request_hash, request, model,
 			zero_retention, timeout_seconds, status, created_at, reserved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			nr.ID, nr.OrgID, key, nr.RequestHash, request, nr.Model, nr.ZeroRetention, nr.TimeoutSeconds, Queued,
+			nr.ID, nr.OrgID, key, nr.RequestHash, request, nr.Model, boolInt(nr.ZeroRetention), nr.TimeoutSeconds, Queued,
 			millis(nr.CreatedAt), nr.Reserve)
 		if err != nil {
 			return fmt.Errorf("store: insert run: %w", err)

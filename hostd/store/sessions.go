@@ -80,7 +80,7 @@ func (s *Store) DeleteSession(ctx context.Context, tokenHash []byte) error {
 // DeleteUserSessions ends every session of a user except the one whose
 // hash is keep (nil: all of them), as changing a password does.
 func (s *Store) DeleteUserSessions(ctx context.Context, userID string, keep []byte) error {
-	if _, err := s.write.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ? AND token_hash IS NOT ?`, userID, keep); err != nil {
+	if _, err := s.write.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ? AND token_hash IS DISTINCT FROM ?`, userID, keep); err != nil {
 		return fmt.Errorf("store: delete sessions of %s: %w", userID, err)
 	}
 	return nil
@@ -119,8 +119,8 @@ func (s *Store) RecordAttempt(ctx context.Context, now, windowStart time.Time, k
 		for _, key := range keys {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO auth_attempts (key, window_start, attempts) VALUES (?1, ?2, 1)
 				ON CONFLICT (key) DO UPDATE SET
-					attempts = CASE WHEN window_start > ?3 THEN attempts + 1 ELSE 1 END,
-					window_start = CASE WHEN window_start > ?3 THEN window_start ELSE ?2 END`,
+					attempts = CASE WHEN auth_attempts.window_start > ?3 THEN auth_attempts.attempts + 1 ELSE 1 END,
+					window_start = CASE WHEN auth_attempts.window_start > ?3 THEN auth_attempts.window_start ELSE ?2 END`,
 				key, millis(now), millis(windowStart)); err != nil {
 				return fmt.Errorf("store: record attempt: %w", err)
 			}

@@ -1,7 +1,9 @@
-// Package store keeps the daemon's state in one embedded SQLite database
-// (pure Go, WAL mode): organisations, members, API keys, runs, their
-// timeline events and model recordings and, through package ledger, the
-// accounts.
+// Package store keeps the daemon's state: organisations, members, API keys,
+// runs, their timeline events and model recordings and, through package
+// ledger, the accounts. One machine keeps it in an embedded SQLite database
+// (pure Go, WAL mode); several daemons share a PostgreSQL database
+// (postgres.go). The same SQL and the same numbered migrations, written per
+// dialect where they must differ, serve both.
 //
 // SQLite allows one writer at a time. Rather than letting concurrent writers
 // collide on SQLITE_BUSY, all writes go through a pool of exactly one
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,11 +33,39 @@ var (
 	ErrExists = errors.New("already exists")
 )
 
+// PostgreSQL has many writers: its write transactions run SERIALIZABLE and
+// are retried when a concurrent one wins, so that every check-then-write
+// below (an organisation's cap of active runs, a name not taken yet) is as
+// correct as under SQLite's single writer.
+
 // Store is the daemon's database.
 type Store struct {
-	write *sql.DB // one connection: the single writer
-	read  *sql.DB
+	write   *sql.DB // SQLite: one connection, the single writer; PostgreSQL: the pool
+	read    *sql.DB
+	dialect dialect
+	url     string // PostgreSQL's connection URL; empty for SQLite
 }
+
+// dialect names the SQL a database speaks; it is also the directory of its
+// migrations.
+type dialect string
+
+const (
+	sqlite   dialect = "sqlite"
+	postgres dialect = "postgres"
+)
+
+// Postgres reports whether the store is a shared PostgreSQL database.
+func (s *Store) Postgres() bool { return s.dialect == postgres }
+
+// DB returns the pool that writes, for the job queue that must share its
+// transactions (package runs enqueues a run's job in the transaction that
+// creates it).
+func (s *Store) DB() *sql.DB { return s.write }
+
+// URL returns the PostgreSQL connection URL the store was opened with
+// (empty for SQLite): LISTEN needs a connection of its own.
+func (s *Store) URL() string { return s.url }
 
 // driverName is the database/sql driver Open uses. The store's tests swap
 // in a wrapper that records every statement, to check its query plan.
@@ -62,7 +93,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
-	s := &Store{write: w, read: r}
+	s := &Store{write: w, read: r, dialect: sqlite}
 	if err := s.useIncrementalVacuum(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
@@ -106,8 +137,11 @@ func ownerOnly(path string) error {
 	return nil
 }
 
-// Close closes both connection pools.
+// Close closes the connection pools.
 func (s *Store) Close() error {
+	if s.read == s.write {
+		return s.write.Close()
+	}
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -121,9 +155,37 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// maxTxAttempts bounds how often a PostgreSQL transaction that lost to a
+// concurrent one is run again.
+const maxTxAttempts = 30
+
 // inTx runs fn in one write transaction, committing only if fn succeeds.
+// On PostgreSQL fn may run more than once (see Store): it must not act
+// outside the transaction except to set what it returns.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.write.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if s.dialect == postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
+	}
+	for attempt := 1; ; attempt++ {
+		err := s.tryTx(ctx, opts, fn)
+		if err == nil || s.dialect != postgres || !retryable(err) || attempt == maxTxAttempts {
+			return err
+		}
+		// Back off a little, longer with every loss, so that writers
+		// contending for one row take turns instead of colliding again.
+		backoff := time.NewTimer(time.Duration(attempt) * time.Duration(1+mrand.IntN(4)) * time.Millisecond)
+		select {
+		case <-backoff.C:
+		case <-ctx.Done():
+			backoff.Stop()
+			return err
+		}
+	}
+}
+
+func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
@@ -145,4 +207,13 @@ func fromMillis(ms sql.NullInt64) *time.Time {
 	}
 	t := time.UnixMilli(ms.Int64).UTC()
 	return &t
+}
+
+// boolInt stores a flag as the 0 or 1 both dialects keep in an integer
+// column (pgx will not put a Go bool into one).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

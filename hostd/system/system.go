@@ -314,8 +314,18 @@ func OpenStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*Syste
 	return s, nil
 }
 
+// openStore opens the configured shared PostgreSQL database, or else the
+// SQLite database at dbPath.
 func (s *System) openStore(ctx context.Context, dbPath string) error {
-	st, err := store.Open(ctx, dbPath)
+	var (
+		st  *store.Store
+		err error
+	)
+	if s.Config.Database != "" {
+		st, err = store.OpenPostgres(ctx, s.Config.Database)
+	} else {
+		st, err = store.Open(ctx, dbPath)
+	}
 	if err != nil {
 		return err
 	}
