@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,11 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
@@ -110,7 +114,10 @@ type Config struct {
 	// Finished is told each run that ended (also at recovery), after
 	// its end is stored: the webhook deliverer wakes up for it.
 	Finished func(runID string)
-	Logger   *slog.Logger
+	// Cluster, when set, makes the service one node of several sharing a
+	// PostgreSQL store (see Cluster); nil: the one daemon of its database.
+	Cluster *Cluster
+	Logger  *slog.Logger
 }
 
 // Defaults of the size caps in Config.
@@ -143,9 +150,18 @@ type Service struct {
 	// BootDurations collects the Executor's reported microVM boot times.
 	BootDurations *metrics.Histogram
 
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	active map[string]*activeRun
+	// river queues and fetches runs' jobs when the service is a node of
+	// a cluster; listenPool is its LISTEN connection; lastBeat is when
+	// the node's heartbeat last succeeded (UnixNano).
+	river      *river.Client[*sql.Tx]
+	listenPool *pgxpool.Pool
+	lastBeat   atomic.Int64
+
+	wg sync.WaitGroup
+	mu sync.Mutex
+	// stopping is set when Serve begins to stop: no run starts after it.
+	stopping bool // guarded by mu
+	active   map[string]*activeRun
 	// volatile holds zero-data-retention outputs in memory only, briefly,
 	// so the client can still read them; volatileBytes is what their
 	// files (and those of running runs) take.
@@ -240,33 +256,70 @@ func (s *Service) Submit(ctx context.Context, sub Submission) (store.Run, bool, 
 	if !spec.ZeroDataRetention {
 		nr.Request = sub.Canonical
 	}
+	if s.river != nil {
+		if err := s.enqueue(&nr, spec); err != nil {
+			return store.Run{}, false, err
+		}
+	}
 	run, created, err := s.store.CreateRun(ctx, nr)
 	if err != nil || !created {
 		return run, created, err
 	}
-	s.start(spec, run.CreatedAt)
+	if s.river == nil {
+		s.start(spec, run.CreatedAt)
+	}
 	return run, true, nil
 }
 
 // start launches the run's goroutine; Serve's shutdown waits for it.
 func (s *Service) start(spec Spec, queuedAt time.Time) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	ar := &activeRun{cancel: cancel, done: make(chan struct{})}
-	s.mu.Lock()
-	s.active[spec.RunID] = ar
-	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(ar.done)
-		defer func() {
-			s.mu.Lock()
-			delete(s.active, spec.RunID)
-			s.mu.Unlock()
-			cancel(nil)
-		}()
-		s.execute(ctx, spec, queuedAt)
+		s.runNow(spec, queuedAt)
 	}()
+}
+
+// runNow executes the run on the calling goroutine, registered as active
+// so that Cancel and Serve's shutdown reach it. It reports false, having
+// done nothing, once Serve has begun to stop.
+func (s *Service) runNow(spec Spec, queuedAt time.Time) bool {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ar := &activeRun{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return false
+	}
+	s.active[spec.RunID] = ar
+	s.mu.Unlock()
+	defer close(ar.done)
+	defer func() {
+		s.mu.Lock()
+		delete(s.active, spec.RunID)
+		s.mu.Unlock()
+	}()
+	s.execute(ctx, spec, queuedAt)
+	return true
+}
+
+// cancelLocal stops the run if it is active on this node.
+func (s *Service) cancelLocal(runID string, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ar := s.active[runID]; ar != nil {
+		ar.cancel(cause)
+	}
+}
+
+// cancelAll stops every run active on this node.
+func (s *Service) cancelAll(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ar := range s.active {
+		ar.cancel(cause)
+	}
 }
 
 // Cancel asks an active run to stop and waits (as long as ctx allows) until
@@ -280,6 +333,9 @@ func (s *Service) Cancel(ctx context.Context, orgID, runID string) (store.Run, e
 	ar := s.active[runID]
 	s.mu.Unlock()
 	if ar == nil {
+		if s.river != nil && !run.Status.Terminal() {
+			return s.cancelElsewhere(ctx, run)
+		}
 		return run, nil
 	}
 	ar.cancel(errCanceled)
@@ -360,9 +416,23 @@ func (s *Service) dropVolatile(runID string) {
 	}
 }
 
-// Serve runs the retention janitor until ctx ends, then stops every active
-// run (they end as failed, their money settled) and waits for them.
+// Serve runs the retention janitor (and, as a node of a cluster, takes
+// jobs, heartbeats and watches the other nodes) until ctx ends, then stops
+// every active run (they end as failed, their money settled) and waits for
+// them.
 func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
+	if s.river != nil {
+		var cluster sync.WaitGroup
+		cluster.Go(func() {
+			if err := s.serveCluster(ctx); err != nil {
+				s.log.Error("serve as a node", "err", err)
+			}
+		})
+		defer func() {
+			cluster.Wait()
+			s.stopCluster()
+		}()
+	}
 	tick := time.NewTicker(janitorEvery)
 	defer tick.Stop()
 	for {
@@ -373,10 +443,9 @@ func (s *Service) Serve(ctx context.Context, janitorEvery time.Duration) {
 		case <-tick.C:
 		case <-ctx.Done():
 			s.mu.Lock()
-			for _, ar := range s.active {
-				ar.cancel(errShutdown)
-			}
+			s.stopping = true
 			s.mu.Unlock()
+			s.cancelAll(errShutdown)
 			s.wg.Wait()
 			return
 		}
@@ -427,11 +496,13 @@ func (s *Service) execute(ctx context.Context, spec Spec, queuedAt time.Time) {
 		execErr = err
 	} else {
 		defer s.slots.Release(1)
-		if ok, err := s.store.MarkRunning(context.WithoutCancel(ctx), spec.RunID, time.Now()); err != nil {
+		if ok, err := s.store.MarkRunning(context.WithoutCancel(ctx), spec.RunID, s.nodeID(), time.Now()); err != nil {
 			execErr = err
 		} else if ok {
 			s.hub.Notify(spec.RunID)
 			res, execErr = s.run(ctx, spec, rec)
+		} else if s.river != nil {
+			return // another node took it, or it ended: not this node's to finish
 		}
 	}
 	s.finish(ctx, spec, rec, res, execErr)
@@ -508,6 +579,8 @@ func (s *Service) outcome(ctx context.Context, rec *Recorder, spec Spec, execErr
 		return store.Canceled, "canceled", timeline.Canceled, "canceled by request"
 	case errors.Is(cause, errShutdown):
 		return store.Failed, "daemon_shutdown", timeline.Failed, "the daemon shut down while this run was active"
+	case errors.Is(cause, errNodeLost):
+		return store.Failed, "node_lost", timeline.Failed, "this run's node could not reach the database for longer than its lease; the run was ended"
 	case errors.Is(execErr, errTimeout):
 		return store.TimedOut, "timeout", timeline.TimedOut, timeline.TimedOutAfter(int(spec.Timeout / time.Second))
 	case errors.Is(execErr, errBootTimeout):
@@ -581,40 +654,32 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 // and the entries of commands that were still running are closed as
 // interrupted; then Config.Reconcile removes their sandboxes — and
 // whatever else dead processes left, so it runs even when no run was
-// active.
+// active. A node of a cluster first joins it (River's schema and client,
+// its node record) and ends only the runs its own earlier process left
+// running: queued runs belong to the queue, and other nodes' runs to them.
 func (s *Service) Recover(ctx context.Context) ([]string, error) {
-	left, err := s.store.ActiveRuns(ctx)
+	var left []store.Run
+	var err error
+	if s.cfg.Cluster != nil {
+		if err := s.startCluster(ctx); err != nil {
+			return nil, err
+		}
+		left, err = s.store.RunningOn(ctx, s.cfg.Cluster.NodeID)
+	} else {
+		left, err = s.store.ActiveRuns(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runs: recover: %w", err)
 	}
 	var ids []string
 	for _, r := range left {
-		// The state directory is locked: no other daemon writes this
-		// run's timeline between this read and FinishRun.
-		interrupted, err := s.interruptedEntries(ctx, r.ID)
-		if err != nil {
-			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
-		}
-		now := time.Now()
 		const msg = "the daemon stopped while this run was active (crash or kill); it was ended at restart and its metered cost charged"
-		t := now.Sub(r.CreatedAt)
-		f := store.Finish{Status: store.Failed, ErrorCode: "daemon_restarted", ErrorMessage: msg,
-			Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention), Amend: interrupted}
-		_, err = s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
-			return []store.Event{
-				{T: t, Category: timeline.Failed, Message: msg, Data: mustJSON(map[string]any{"status": store.Failed})},
-				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
-					"charged_micros": charged, "released_micros": released,
-					"model_micros": r.Cost.Model, "web_micros": r.Cost.Web, "compute_micros": r.Cost.Compute})},
-			}
-		})
-		if err != nil {
+		// The state directory is locked: no other daemon writes this
+		// run's timeline meanwhile.
+		if err := s.endLeftRun(ctx, r, "daemon_restarted", msg, store.Expect{}); err != nil {
 			return ids, fmt.Errorf("runs: recover %s: %w", r.ID, err)
 		}
 		ids = append(ids, r.ID)
-		if s.cfg.Finished != nil {
-			s.cfg.Finished(r.ID)
-		}
 	}
 	if s.cfg.Reconcile != nil {
 		if err := s.cfg.Reconcile(ctx, ids); err != nil {
@@ -622,6 +687,41 @@ func (s *Service) Recover(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// endLeftRun ends a run its executor can no longer end (its daemon died):
+// failed with code and msg, its metered cost charged, the entries of
+// commands still running closed as interrupted, if it is still as expect
+// says (else ErrNotFound).
+func (s *Service) endLeftRun(ctx context.Context, r store.Run, code, msg string, expect store.Expect) error {
+	interrupted, err := s.interruptedEntries(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	t := now.Sub(r.CreatedAt)
+	f := store.Finish{Status: store.Failed, ErrorCode: code, ErrorMessage: msg,
+		Usage: r.Usage, Cost: r.Cost, At: now, RetentionUntil: now.Add(s.cfg.Retention), Amend: interrupted, Expect: expect}
+	_, err = s.store.FinishRun(ctx, r.ID, f, func(charged, released int64) []store.Event {
+		return settledEvents(t, timeline.Failed, msg, store.Failed, r, charged, released)
+	})
+	if err != nil {
+		return err
+	}
+	s.hub.Notify(r.ID)
+	if s.cfg.Finished != nil {
+		s.cfg.Finished(r.ID)
+	}
+	return nil
+}
+
+// nodeID is this node's id, or empty for the one daemon of an SQLite
+// database.
+func (s *Service) nodeID() string {
+	if s.cfg.Cluster == nil {
+		return ""
+	}
+	return s.cfg.Cluster.NodeID
 }
 
 // interruptedMessage is the error of a command entry closed by recovery.

@@ -56,7 +56,7 @@ func TestRecoverSettlesRunsLeftActive(t *testing.T) {
 	queued := queue(t, st, orgID, "")
 	running := queue(t, st, orgID, "")
 	finished := queue(t, st, orgID, "")
-	if ok, err := st.MarkRunning(ctx, running.ID, time.Now()); !ok || err != nil {
+	if ok, err := st.MarkRunning(ctx, running.ID, "", time.Now()); !ok || err != nil {
 		t.Fatalf("mark running: %v %v", ok, err)
 	}
 	usage := ledger.Usage{ModelCalls: 2, InputTokens: 3000, ModelMicros: 700, VMTime: 4 * time.Second}
@@ -117,7 +117,7 @@ func TestRecoverClosesCommandsLeftRunning(t *testing.T) {
 	ctx := context.Background()
 	st, orgID := openStore(t)
 	run := queue(t, st, orgID, "")
-	if ok, err := st.MarkRunning(ctx, run.ID, time.Now()); !ok || err != nil {
+	if ok, err := st.MarkRunning(ctx, run.ID, "", time.Now()); !ok || err != nil {
 		t.Fatalf("mark running: %v %v", ok, err)
 	}
 	appendEvent := func(e store.Event) store.Event {

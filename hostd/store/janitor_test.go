@@ -129,7 +129,7 @@ func TestTotalsFollowRunsAsTheyFinish(t *testing.T) {
 	for _, id := range []string{"run_ok", "run_failed", "run_waiting"} {
 		f.queue(id, false)
 	}
-	if _, err := f.st.MarkRunning(ctx, "run_ok", time.Now()); err != nil {
+	if _, err := f.st.MarkRunning(ctx, "run_ok", "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for id, fin := range map[string]Finish{

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -150,9 +152,99 @@ func (c *rebindConn) PrepareContext(ctx context.Context, query string) (driver.S
 }
 
 func (c *rebindConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.ExecContext(ctx, rebind(query), args)
+	return c.Conn.ExecContext(ctx, rebind(query), storableText(args))
 }
 
 func (c *rebindConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.Conn.QueryContext(ctx, rebind(query), args)
+	return c.Conn.QueryContext(ctx, rebind(query), storableText(args))
 }
+
+// storableText makes every string argument one PostgreSQL's text can hold:
+// it refuses NUL bytes and invalid UTF-8, which SQLite stores as given. A
+// model's command or a guest's output may hold either; refusing them would
+// fail the run's timeline, so each such byte becomes U+FFFD, as JSON
+// encoding does with invalid UTF-8. Bytes meant to stay bytes travel as
+// []byte (bytea) and are left alone.
+func storableText(args []driver.NamedValue) []driver.NamedValue {
+	for i, a := range args {
+		if s, ok := a.Value.(string); ok && (!utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0) {
+			args[i].Value = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+		}
+	}
+	return args
+}
+
+// Channels a PostgreSQL database announces changes on (see migration
+// 0007): the payload is a run id.
+const (
+	// TimelineChannel: the run's timeline or status changed.
+	TimelineChannel = "ephemeral_timeline"
+	// CancelChannel: someone asked to cancel the run.
+	CancelChannel = "ephemeral_cancel"
+)
+
+// Listen calls fn with each notification on channels until ctx ends, on a
+// connection of its own. After connecting, and again after every
+// reconnect, it calls fn with an empty channel: notifications may have
+// been missed meanwhile, so whoever waits should look again. A lost
+// connection is reported to onError and tried again a second later.
+func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string), onError func(error)) {
+	if s.dialect != postgres {
+		return // one daemon: its own hub hears every change
+	}
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, channels, fn)
+		if ctx.Err() != nil {
+			return
+		}
+		onError(err)
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return fmt.Errorf("store: listen: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, ch := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("store: listen on %s: %w", ch, err)
+		}
+	}
+	fn("", "")
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("store: wait for notifications: %w", err)
+		}
+		fn(n.Channel, n.Payload)
+	}
+}
+
+// SchemaLocked runs fn while holding, on PostgreSQL, a lock that one
+// node at a time can hold (SQLite serves one daemon: fn just runs), so
+// that another component's schema (the job queue's, whose migrations each
+// need a transaction of their own) is created by one node at a time.
+func (s *Store) SchemaLocked(ctx context.Context, fn func() error) error {
+	if s.dialect != postgres {
+		return fn()
+	}
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: connection for the schema lock: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(`+schemaLock+`)`); err != nil {
+		return fmt.Errorf("store: take the schema lock: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+schemaLock+`)`)
+	return fn()
+}
+
+// schemaLock is the advisory lock key of SchemaLocked ("ephs").
+const schemaLock = "1701865587"

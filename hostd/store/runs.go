@@ -95,6 +95,13 @@ type NewRun struct {
 	// WebhookURL, when set, queues a webhook delivery that FinishRun
 	// makes due.
 	WebhookURL string
+	// Spec, when set, is kept (in run_specs) until the run finishes, for
+	// the node that takes the run to read with RunSpec.
+	Spec json.RawMessage
+	// Enqueue, when set, is called in the transaction that creates the
+	// run, after its row: a job queue shared by several nodes enqueues the
+	// run's job there, so that a run exists exactly when its job does.
+	Enqueue func(ctx context.Context, tx *sql.Tx) error
 }
 
 const runColumns = `id, org_id, status, request, model, zero_retention, timeout_seconds, created_at, started_at,
@@ -188,6 +195,16 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 				return err
 			}
 		}
+		if nr.Spec != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO run_specs (run_id, spec) VALUES (?, ?)`, nr.ID, string(nr.Spec)); err != nil {
+				return fmt.Errorf("store: keep spec of %s: %w", nr.ID, err)
+			}
+		}
+		if nr.Enqueue != nil {
+			if err := nr.Enqueue(ctx, tx); err != nil {
+				return fmt.Errorf("store: enqueue %s: %w", nr.ID, err)
+			}
+		}
 		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, nr.ID))
 		created = true
 		return err
@@ -259,11 +276,18 @@ func (s *Store) ListRunsWithStatus(ctx context.Context, orgID string, status Sta
 	return runs, false, nil
 }
 
-// MarkRunning moves a queued run to running; it reports false when the run
-// is no longer queued (canceled meanwhile).
-func (s *Store) MarkRunning(ctx context.Context, runID string, at time.Time) (bool, error) {
-	res, err := s.write.ExecContext(ctx, `UPDATE runs SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'`,
-		millis(at), runID)
+// MarkRunning moves a queued run to running on node nodeID (empty: the
+// one daemon of an SQLite database); it reports false when the run is no
+// longer queued (canceled meanwhile, or taken by another node). This one
+// conditional UPDATE is what makes a run execute at most once, however
+// often its job is delivered.
+func (s *Store) MarkRunning(ctx context.Context, runID, nodeID string, at time.Time) (bool, error) {
+	var node any
+	if nodeID != "" {
+		node = nodeID
+	}
+	res, err := s.write.ExecContext(ctx, `UPDATE runs SET status = 'running', started_at = ?, node_id = ? WHERE id = ? AND status = 'queued'`,
+		millis(at), node, runID)
 	if err := oneRow(res, err); errors.Is(err, ErrNotFound) {
 		return false, nil
 	} else if err != nil {
@@ -299,6 +323,20 @@ type Finish struct {
 	// order and before the final events are appended: how recovery closes
 	// the entries of commands a dead daemon left open.
 	Amend []Amendment
+	// Expect, when set, finishes the run only in that state; otherwise
+	// FinishRun changes nothing and returns ErrNotFound.
+	Expect Expect
+}
+
+// Expect is what must still hold of a run for another node to finish it:
+// its status, and that its node is one that stopped heartbeating. The
+// check is in FinishRun's transaction, so it cannot race a node that
+// takes the run or comes back.
+type Expect struct {
+	Status Status // "": queued or running
+	// HeartbeatBefore, when set, requires the run's node to have last
+	// beaten before it.
+	HeartbeatBefore time.Time
 }
 
 // Amendment is new data for the run's timeline entry Seq.
@@ -315,7 +353,14 @@ type Amendment struct {
 func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND status IN ('queued', 'running')`, runID))
+		query, args := `SELECT `+runColumns+` FROM runs WHERE id = ? AND status IN ('queued', 'running')`, []any{runID}
+		if f.Expect.Status != "" {
+			query, args = query+` AND status = ?`, append(args, f.Expect.Status)
+		}
+		if !f.Expect.HeartbeatBefore.IsZero() {
+			query, args = query+` AND node_id IN (SELECT id FROM nodes WHERE heartbeat_at < ?)`, append(args, millis(f.Expect.HeartbeatBefore))
+		}
+		r, err := scanRun(tx.QueryRowContext(ctx, query, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("store: finish %s: no active run: %w", runID, ErrNotFound)
 		}
@@ -364,6 +409,11 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 		}
 		if err := webhookDue(ctx, tx, runID, f.At); err != nil {
 			return err
+		}
+		// The spec held the prompt and files for the node that would take
+		// the run: not kept past its end, whatever the retention.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM run_specs WHERE run_id = ?`, runID); err != nil {
+			return fmt.Errorf("store: finish %s: drop its spec: %w", runID, err)
 		}
 		run, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
 		return err

@@ -217,6 +217,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		UnsafeTestHooks: opts.UnsafeWebhookTestHooks,
 		Logger:          s.Log,
 	})
+	cluster, err := s.cluster()
+	if err != nil {
+		return nil, err
+	}
 	s.Runs = runs.New(s.Store, s.Hub, runs.Config{
 		Executor:          executor,
 		Rates:             rates,
@@ -228,6 +232,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		MaxTimelineBytes:  cfg.MaxTimelineBytes,
 		Reconcile:         reconcile,
 		Finished:          func(string) { s.Webhooks.Wake() },
+		Cluster:           cluster,
 		Logger:            s.Log,
 	})
 	s.Accounts = accounts.New(s.Store, accounts.Config{

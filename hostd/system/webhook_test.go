@@ -153,7 +153,7 @@ func TestWebhookOfARunLeftByADeadDaemonIsDelivered(t *testing.T) {
 		Queued: store.Event{Category: timeline.Queued, Message: timeline.Reserved(1000)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dead.Store.MarkRunning(ctx, runID, time.Now()); err != nil {
+	if _, err := dead.Store.MarkRunning(ctx, runID, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	dead.Close() // never started: nothing of it finishes the run

@@ -34,3 +34,15 @@ func (h *Hub) Notify(runID string) {
 		delete(h.waiters, runID)
 	}
 }
+
+// NotifyAll wakes every waiter: after changes may have gone unannounced
+// (a lost connection to the database that announces them), each looks
+// again.
+func (h *Hub) NotifyAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, ch := range h.waiters {
+		close(ch)
+		delete(h.waiters, id)
+	}
+}

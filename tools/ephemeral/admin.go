@@ -23,9 +23,10 @@ var orgFlag = &cli.StringFlag{Name: "org", Usage: "organisation name", Required:
 
 var adminCommand = &cli.Command{
 	Name:  "admin",
-	Usage: "manage organisations, members, API keys, balances, connections and webhook secrets in the daemon's database",
+	Usage: "manage organisations, members, API keys, balances, connections and webhook secrets in the daemon's database, and move it to PostgreSQL",
 	Subcommands: []*cli.Command{
 		connectionCommand,
+		migrateCommand,
 		{
 			Name: "webhook-secret", Usage: "the secret an organisation's webhook deliveries are signed with",
 			Subcommands: []*cli.Command{{
