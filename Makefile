@@ -56,9 +56,12 @@ openapi-lint:
 		npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --config hostd/api/redocly.yaml hostd/api/openapi.json
 
 # EPHEMERAL_REQUIRE_VM turns the VM and root tests' "skip" into failures:
-# here everything they need has just been installed and built.
+# here everything they need has just been installed and built. Then the
+# store, ledger and API suites run once more against PostgreSQL (a
+# throwaway cluster each test binary starts itself): one store, two dialects.
 test: check image
 	EPHEMERAL_REQUIRE_VM=1 $(GO) test -count=1 -timeout 40m ./...
+	EPHEMERAL_TEST_DATABASE=postgres $(GO) test -count=1 -timeout 20m ./hostd/store/ ./hostd/ledger/ ./hostd/api/
 
 # Every fuzz target in the repository (each `func Fuzz...` in a _test.go
 # file), one after another for FUZZTIME each: go test -fuzz takes one

@@ -131,8 +131,7 @@ func Defaults() Config {
 		Retention:       30 * 24 * time.Hour,
 		JanitorInterval: time.Hour,
 		ShutdownTimeout: 30 * time.Second,
-		// Each microVM needs about a core under TCG.
-		MaxConcurrentRuns:        max(1, runtime.NumCPU()),
+		MaxConcurrentRuns:        defaultCapacity(runtime.NumCPU(), totalMemory()),
 		MaxActiveRunsPerOrg:      10,
 		LimitKeyRunCreations:     10,
 		LimitKeyReads:            50,
@@ -173,6 +172,20 @@ func Defaults() Config {
 // each pooled sandbox: an idle one costs far less, but it is there to be
 // taken by a run whose guest may fill its memory.
 const poolMemoryPerVM = 2 << 30
+
+// runMemory is what one executing run takes of the host's memory: its
+// guest's RAM (512 MiB by default), the VMM's own and room for the host.
+const runMemory = 1 << 30
+
+// defaultCapacity is how many runs a machine executes at once: one per
+// CPU, since each microVM needs about a core under TCG, and no more than
+// its memory holds (all of it, when the memory is unknown).
+func defaultCapacity(cpus int, memory uint64) int {
+	if memory == 0 {
+		return max(1, cpus)
+	}
+	return max(1, min(cpus, int(memory/runMemory)))
+}
 
 // defaultPoolSize keeps one sandbox ready per CPU, as many as runs may
 // execute at once by default, but no more than the memory allows.
@@ -245,7 +258,7 @@ var Settings = []Setting{
 	{Name: "retention", Usage: "how long a run's content (prompt, timeline, output, recording) is kept", field: func(c *Config) any { return &c.Retention }},
 	{Name: "janitor-interval", Usage: "how often expired content is purged", field: func(c *Config) any { return &c.JanitorInterval }},
 	{Name: "shutdown-timeout", Usage: "how long a graceful shutdown waits for requests", field: func(c *Config) any { return &c.ShutdownTimeout }},
-	{Name: "max-concurrent-runs", Usage: "runs executing at once (default: one per CPU)", field: func(c *Config) any { return &c.MaxConcurrentRuns }},
+	{Name: "max-concurrent-runs", Usage: "runs this daemon (node) executes at once (default: one per CPU, at most one per GiB of memory)", field: func(c *Config) any { return &c.MaxConcurrentRuns }},
 	{Name: "max-active-runs-per-org", Usage: "queued plus running runs per organisation before 429", field: func(c *Config) any { return &c.MaxActiveRunsPerOrg }},
 	{Name: "limit-key-run-creations", Usage: "runs one API key may create per second, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitKeyRunCreations }},
 	{Name: "limit-key-reads", Usage: "other API requests one API key may make per second, in bursts of twice as many, before 429", field: func(c *Config) any { return &c.LimitKeyReads }},

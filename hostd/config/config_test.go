@@ -194,3 +194,20 @@ func TestDefaultPoolSizeFollowsCPUsAndMemory(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultCapacityFollowsCPUsAndMemory(t *testing.T) {
+	for _, tc := range []struct {
+		cpus   int
+		memory uint64
+		want   int
+	}{
+		{2, 24 << 30, 2},   // this project's machines: one per CPU
+		{64, 16 << 30, 16}, // memory-bound: one per GiB
+		{4, 512 << 20, 1},  // always at least one
+		{8, 0, 8},          // memory unknown: the CPUs decide
+	} {
+		if got := defaultCapacity(tc.cpus, tc.memory); got != tc.want {
+			t.Errorf("defaultCapacity(%d CPUs, %d MiB) = %d, want %d", tc.cpus, tc.memory>>20, got, tc.want)
+		}
+	}
+}

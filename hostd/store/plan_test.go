@@ -296,8 +296,8 @@ func storeTour(ctx context.Context, st *Store) []tourStep {
 		{"Output", func() error { _, err := st.Output(ctx, "run_0", "report.md"); return err }},
 		{"SetWebhookSecret", func() error { return st.SetWebhookSecret(ctx, org.ID, []byte("sealed"), time.Now()) }},
 		{"WebhookSecret", func() error { _, _, err := st.WebhookSecret(ctx, org.ID); return err }},
-		{"DueWebhooks", func() error {
-			due, err := st.DueWebhooks(ctx, time.Now(), 10)
+		{"ClaimDueWebhooks", func() error {
+			due, err := st.ClaimDueWebhooks(ctx, time.Now(), time.Now().Add(time.Minute), 10)
 			if err == nil && len(due) != 5 {
 				err = fmt.Errorf("%d webhooks due, want 5", len(due))
 			}

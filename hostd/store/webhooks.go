@@ -95,27 +95,41 @@ func webhookDue(ctx context.Context, tx *sql.Tx, runID string, at time.Time) err
 	return nil
 }
 
-// DueWebhooks returns up to limit pending deliveries whose next attempt is
-// due at now, the longest due first.
-func (s *Store) DueWebhooks(ctx context.Context, now time.Time, limit int) ([]WebhookDelivery, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+webhookColumns+` FROM webhook_deliveries w
-		WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`, millis(now), limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: due webhooks: %w", err)
-	}
-	defer rows.Close()
+// ClaimDueWebhooks returns up to limit pending deliveries whose next
+// attempt is due at now, the longest due first, and claims them until
+// until: for that long no other caller (another node's deliverer) gets
+// them, so each attempt is made once; a deliverer that dies mid-attempt
+// leaves the delivery due again when its claim ends.
+func (s *Store) ClaimDueWebhooks(ctx context.Context, now, until time.Time, limit int) ([]WebhookDelivery, error) {
 	var out []WebhookDelivery
-	for rows.Next() {
-		d, err := scanWebhook(rows)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT `+webhookColumns+` FROM webhook_deliveries w
+			WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`, millis(now), limit)
 		if err != nil {
-			return nil, fmt.Errorf("store: due webhooks: %w", err)
+			return fmt.Errorf("store: due webhooks: %w", err)
 		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: due webhooks: %w", err)
-	}
-	return out, nil
+		defer rows.Close()
+		for rows.Next() {
+			d, err := scanWebhook(rows)
+			if err != nil {
+				return fmt.Errorf("store: due webhooks: %w", err)
+			}
+			out = append(out, d)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: due webhooks: %w", err)
+		}
+		rows.Close()
+		for _, d := range out {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET next_attempt_at = ? WHERE run_id = ?`,
+				millis(until), d.RunID); err != nil {
+				return fmt.Errorf("store: claim webhook of %s: %w", d.RunID, err)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // NextWebhookAt is when the next pending delivery is due; ok is false when

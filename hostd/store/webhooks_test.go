@@ -27,14 +27,22 @@ func TestWebhookDeliveryLifecycle(t *testing.T) {
 	f.queueWithWebhook(id, url)
 	f.queue("run_nohook", false)
 	now := time.Now()
-	if due, err := f.st.DueWebhooks(ctx, now.Add(time.Hour), 10); err != nil || len(due) != 0 {
+	if due, err := f.st.ClaimDueWebhooks(ctx, now.Add(time.Hour), now.Add(2*time.Hour), 10); err != nil || len(due) != 0 {
 		t.Fatalf("due before the run ended: %+v, %v", due, err)
 	}
 	f.finish(id, now.Add(time.Hour))
 	f.finish("run_nohook", now.Add(time.Hour))
-	due, err := f.st.DueWebhooks(ctx, time.Now(), 10)
+	due, err := f.st.ClaimDueWebhooks(ctx, time.Now(), time.Now().Add(time.Minute), 10)
 	if err != nil || len(due) != 1 || due[0].RunID != id || due[0].URL != url || due[0].State != WebhookPending || due[0].OrgID != f.orgID {
 		t.Fatalf("due after the run ended: %+v, %v", due, err)
+	}
+	// Claimed: a second deliverer (another node's) does not get it, until
+	// the claim ends.
+	if again, err := f.st.ClaimDueWebhooks(ctx, time.Now(), time.Now().Add(time.Minute), 10); err != nil || len(again) != 0 {
+		t.Fatalf("claimed twice: %+v, %v", again, err)
+	}
+	if later, err := f.st.ClaimDueWebhooks(ctx, time.Now().Add(2*time.Minute), time.Now().Add(3*time.Minute), 10); err != nil || len(later) != 1 {
+		t.Fatalf("not due again after its claim ended: %+v, %v", later, err)
 	}
 
 	retry := time.Now().Add(30 * time.Second).Truncate(time.Millisecond)
@@ -42,7 +50,7 @@ func TestWebhookDeliveryLifecycle(t *testing.T) {
 	if err := f.st.RecordWebhookAttempt(ctx, id, first, WebhookOutcome{RetryAt: &retry}); err != nil {
 		t.Fatal(err)
 	}
-	if due, _ := f.st.DueWebhooks(ctx, time.Now(), 10); len(due) != 0 {
+	if due, _ := f.st.ClaimDueWebhooks(ctx, time.Now(), time.Now().Add(time.Minute), 10); len(due) != 0 {
 		t.Errorf("due before its retry: %+v", due)
 	}
 	if next, ok, err := f.st.NextWebhookAt(ctx); err != nil || !ok || !next.Equal(retry) {

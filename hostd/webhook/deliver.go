@@ -41,7 +41,7 @@ func Backoff(first time.Duration, n int, jitter float64) time.Duration {
 
 // Store is the outbox (a *store.Store).
 type Store interface {
-	DueWebhooks(ctx context.Context, now time.Time, limit int) ([]store.WebhookDelivery, error)
+	ClaimDueWebhooks(ctx context.Context, now, until time.Time, limit int) ([]store.WebhookDelivery, error)
 	NextWebhookAt(ctx context.Context) (time.Time, bool, error)
 	RecordWebhookAttempt(ctx context.Context, runID string, a store.WebhookAttempt, o store.WebhookOutcome) error
 }
@@ -150,10 +150,17 @@ func (d *Deliverer) Run(ctx context.Context) {
 	}
 }
 
+// claimMargin is how much longer than an attempt's timeout a claim on a
+// delivery lasts: the time to record the attempt.
+const claimMargin = time.Minute
+
 // deliverDue makes one attempt of each due delivery, up to Concurrency at
 // once, and waits for them.
 func (d *Deliverer) deliverDue(ctx context.Context) (int, error) {
-	due, err := d.cfg.Store.DueWebhooks(ctx, time.Now(), d.cfg.Concurrency)
+	// Claimed for longer than an attempt can take: another node's
+	// deliverer leaves them alone meanwhile.
+	now := time.Now()
+	due, err := d.cfg.Store.ClaimDueWebhooks(ctx, now, now.Add(d.cfg.Timeout+claimMargin), d.cfg.Concurrency)
 	if err != nil {
 		return 0, err
 	}
