@@ -3,6 +3,8 @@ package accounts
 import (
 	"context"
 	"net/http"
+
+	"github.com/ephemeralhq/ephemeral/hostd/forwarded"
 )
 
 // CookieName is the session cookie's name.
@@ -20,16 +22,16 @@ func TokenFrom(r *http.Request) string {
 // SetCookie gives the browser its session token: HttpOnly (no script
 // reads it), SameSite=Lax (other sites' pages cannot make the browser
 // send it with their forms or fetches), Secure when the request came over
-// TLS, and lasting as long as the session can.
+// TLS (directly, or to a trusted proxy: package forwarded), and lasting as long as the session can.
 func (s *Service) SetCookie(w http.ResponseWriter, r *http.Request, token string) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", MaxAge: int(s.cfg.MaxAge.Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: forwarded.Secure(r)})
 }
 
 // ClearCookie removes the session cookie.
 func ClearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: forwarded.Secure(r)})
 }
 
 // SessionOrg resolves the request's session cookie to the signed-in

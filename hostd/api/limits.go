@@ -102,8 +102,9 @@ func acquire(w http.ResponseWriter, s *ratelimit.Slots, client, who string) (rel
 	return release, ok
 }
 
-// clientAddress is the TCP peer's address as limits count it: an IPv4
-// address, or the /64 an IPv6 address is in.
+// clientAddress is the client's address as limits count it (the TCP
+// peer's, or the one a trusted proxy names: package forwarded set
+// RemoteAddr): an IPv4 address, or the /64 an IPv6 address is in.
 func clientAddress(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -31,6 +31,10 @@ type Config struct {
 	// miss its heartbeats before another marks its runs node_lost.
 	NodeLease time.Duration
 	Listen    string
+	// TrustedProxies lists the load balancers (addresses, CIDR prefixes,
+	// comma-separated) whose X-Forwarded-For and X-Forwarded-Proto are
+	// believed.
+	TrustedProxies string
 	// MetricsListen is where /metrics is served; empty: nowhere.
 	MetricsListen string
 	// VMM is "auto", "qemu" or "cloud-hypervisor".
@@ -253,6 +257,7 @@ var Settings = []Setting{
 	{Name: "database", Usage: "empty: the embedded SQLite database in the state directory; postgres://user:password@host/db?sslmode=...: a PostgreSQL database that several daemons (nodes) share, each executing runs on its own machine", Secret: true, field: func(c *Config) any { return &c.Database }},
 	{Name: "node-lease", Usage: "with a shared PostgreSQL database: how long a node may miss its heartbeats before another node fails its runs as node_lost (charging what was metered)", field: func(c *Config) any { return &c.NodeLease }},
 	{Name: "listen", Usage: "address the API serves on (host:port)", field: func(c *Config) any { return &c.Listen }},
+	{Name: "trusted-proxies", Usage: "load balancers or proxies in front of the daemon (addresses and CIDR prefixes, comma-separated) whose X-Forwarded-For (the client's address, for rate limits) and X-Forwarded-Proto (https: cookies are marked Secure) are believed; empty: none, every request is taken as it arrives", field: func(c *Config) any { return &c.TrustedProxies }},
 	{Name: "metrics-listen", Usage: "address /metrics is served on (host:port), apart from the API; keep it on loopback: the metrics sum up every organisation. Empty: not served", field: func(c *Config) any { return &c.MetricsListen }},
 	{Name: "vmm", Usage: "VMM: auto (Cloud Hypervisor with hardware KVM, else QEMU), qemu or cloud-hypervisor", field: func(c *Config) any { return &c.VMM }},
 	{Name: "retention", Usage: "how long a run's content (prompt, timeline, output, recording) is kept", field: func(c *Config) any { return &c.Retention }},

@@ -135,7 +135,7 @@ func (s *System) Handler() http.Handler {
 		mux.Handle(p, api)
 	}
 	mux.Handle("/", s.Web.Handler())
-	return web.SecurityHeaders(mux)
+	return s.proxies.Handler(web.SecurityHeaders(mux))
 }
 
 // BaseURL is the address a browser on this machine opens for a listener:

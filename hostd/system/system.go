@@ -34,6 +34,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/connections"
 	"github.com/ephemeralhq/ephemeral/hostd/example"
 	"github.com/ephemeralhq/ephemeral/hostd/examplecrm"
+	"github.com/ephemeralhq/ephemeral/hostd/forwarded"
 	"github.com/ephemeralhq/ephemeral/hostd/ledger"
 	"github.com/ephemeralhq/ephemeral/hostd/model/recording"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
@@ -61,6 +62,8 @@ type System struct {
 	// Examples are the shipped examples, which runs may replay.
 	Examples *example.Set
 	Hub      *timeline.Hub
+	// proxies are the trusted load balancers in front of the daemon.
+	proxies forwarded.Proxies
 	// Sandboxes is nil when Options.Executor replaces the agent; so is
 	// Pool, which keeps sandboxes ready for runs (config PoolSize).
 	Sandboxes *sandbox.Manager
@@ -151,6 +154,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 	}
 	if err := s.openStore(ctx, dbPath); err != nil {
 		return nil, err
+	}
+	if s.proxies, err = forwarded.ParseProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("system: trusted-proxies: %w", err)
 	}
 	if s.Models, err = newModels(cfg); err != nil {
 		return nil, err

@@ -40,6 +40,7 @@ import (
 
 	"github.com/ephemeralhq/ephemeral/hostd/accounts"
 	"github.com/ephemeralhq/ephemeral/hostd/example"
+	"github.com/ephemeralhq/ephemeral/hostd/forwarded"
 	"github.com/ephemeralhq/ephemeral/hostd/model/registry"
 	"github.com/ephemeralhq/ephemeral/hostd/money"
 	"github.com/ephemeralhq/ephemeral/hostd/store"
@@ -313,8 +314,8 @@ func localPath(next, fallback string) string {
 	return u.RequestURI()
 }
 
-// clientAddr is the address rate limits count by: the connection's peer
-// (no proxy header is trusted).
+// clientAddr is the address rate limits count by: the connection's peer,
+// or the client a trusted proxy names (package forwarded set RemoteAddr).
 func clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -326,7 +327,7 @@ func clientAddr(r *http.Request) string {
 func (s *Server) setLang(w http.ResponseWriter, r *http.Request) {
 	if _, ok := langByCode(r.PathValue("code")); ok {
 		http.SetCookie(w, &http.Cookie{Name: langCookie, Value: r.PathValue("code"), Path: "/", MaxAge: 365 * 24 * 3600,
-			SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+			SameSite: http.SameSiteLaxMode, Secure: forwarded.Secure(r)})
 	}
 	http.Redirect(w, r, localPath(r.URL.Query().Get("next"), "/"), http.StatusSeeOther)
 }
