@@ -127,6 +127,12 @@ func (s *Service) startCluster(ctx context.Context) error {
 		// Jobs arrive by NOTIFY; the poll is the fallback.
 		FetchCooldown:     10 * time.Millisecond,
 		FetchPollInterval: time.Second,
+		// A node killed between fetching a job and taking its run leaves
+		// the job running: River's rescuer makes it available again after
+		// this long. Rescuing the job of a run that is in fact running,
+		// or was ended as node_lost, is harmless: work finds the run
+		// taken and does nothing.
+		RescueStuckJobsAfter: time.Minute,
 		Logger:            s.log,
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ephemeralhq/ephemeral/hostd/store"
 	"github.com/ephemeralhq/ephemeral/hostd/web"
 	"github.com/ephemeralhq/ephemeral/internal/flock"
 )
@@ -78,6 +79,10 @@ func (s *System) serve(ctx context.Context, apiLn, metricsLn net.Listener) error
 	apiSrv.RegisterOnShutdown(s.API.CloseStreams)
 	servers := map[*http.Server]net.Listener{apiSrv: apiLn}
 	s.Log.Info("serving the Ephemeral API and web app", "addr", apiLn.Addr().String(), "state_dir", s.Config.StateDir)
+	if s.Config.Database != "" {
+		s.Log.Info("a node of a cluster sharing PostgreSQL", "database", store.RedactURL(s.Config.Database),
+			"capacity", s.Config.MaxConcurrentRuns, "node_lease", s.Config.NodeLease)
+	}
 	if metricsLn != nil {
 		servers[&http.Server{
 			Handler:           s.API.MetricsHandler(),
