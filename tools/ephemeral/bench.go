@@ -53,7 +53,7 @@ from 20 rounds on) and each variant's ratio to the raw boot of its round.`,
 				&cli.BoolFlag{Name: "restore", Usage: "restore the measured sandboxes from a template instead of booting them"},
 			},
 			Action: benchNoisy,
-		}, benchStoreCommand},
+		}, benchStoreCommand, benchQueueCommand},
 	}
 }
 
