@@ -181,6 +181,10 @@ type volatileOutput struct {
 	expires   time.Time
 }
 
+// finishPatience is how long a run's end is tried to be stored before the
+// node gives up on it (and leaves it to its next start's recovery).
+const finishPatience = 2 * time.Minute
+
 // volatileTTL bounds how long a zero-retention output stays readable.
 const volatileTTL = time.Hour
 
@@ -631,17 +635,28 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 	t := now.Sub(rec.queuedAt)
 	// What the timeline cap left out is said last before the outcome.
 	leftOut := rec.timeline.leftOut(t)
-	_, err := s.store.FinishRun(context.WithoutCancel(ctx), spec.RunID, f, func(charged, released int64) []store.Event {
-		return slices.Concat(leftOut, []store.Event{
-			{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
-				"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
-			{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
-				"charged_micros": charged, "released_micros": released,
-				"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
+	// The end of a run must be stored, or its hold stays held: a database
+	// that is briefly away (a failover, a lost connection) is waited for.
+	// ErrNotFound: someone else ended it (another node, for node_lost).
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		_, err := s.store.FinishRun(context.WithoutCancel(ctx), spec.RunID, f, func(charged, released int64) []store.Event {
+			return slices.Concat(leftOut, []store.Event{
+				{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
+					"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
+				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
+					"charged_micros": charged, "released_micros": released,
+					"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
+			})
 		})
-	})
-	if err != nil {
-		s.log.Error("finish run", "run", spec.RunID, "err", err)
+		if err == nil || errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Since(now) > finishPatience {
+			s.log.Error("finish run: giving up; the node's next start ends it", "run", spec.RunID, "err", err)
+			break
+		}
+		s.log.Warn("finish run: trying again", "run", spec.RunID, "err", err, "in", wait)
+		time.Sleep(wait)
 	}
 	s.hub.Notify(spec.RunID)
 	if s.cfg.Finished != nil {

@@ -29,6 +29,9 @@ var ErrConnectionExists = errors.New("connection already exists")
 // silently replacing a secret.
 func (s *Store) AddConnection(ctx context.Context, c ConnectionRecord) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockOrg(ctx, tx, c.OrgID); err != nil {
+			return err
+		}
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM connections WHERE org_id = ? AND name = ?`,
 			c.OrgID, c.Name).Scan(&n); err != nil {

@@ -27,13 +27,16 @@ const nextRev = `(SELECT coalesce(max(rev), 0) + 1 FROM events WHERE run_id = ?1
 func (s *Store) AppendEvent(ctx context.Context, runID string, e Event) (Event, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		e, err = appendEvent(ctx, tx, runID, e)
+		e, err = s.appendEvent(ctx, tx, runID, e)
 		return err
 	})
 	return e, err
 }
 
-func appendEvent(ctx context.Context, tx *sql.Tx, runID string, e Event) (Event, error) {
+func (s *Store) appendEvent(ctx context.Context, tx *sql.Tx, runID string, e Event) (Event, error) {
+	if err := s.lockRun(ctx, tx, runID); err != nil {
+		return Event{}, err
+	}
 	err := tx.QueryRowContext(ctx, `INSERT INTO events (run_id, seq, rev, t_millis, category, message, data, content)
 		VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = ?1), `+nextRev+`, ?2, ?3, ?4, ?5, ?6)
 		RETURNING seq, rev`,
@@ -54,13 +57,16 @@ func (s *Store) AmendEventData(ctx context.Context, runID string, seq int64, dat
 	var e Event
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		e, err = amendEvent(ctx, tx, runID, seq, data, content)
+		e, err = s.amendEvent(ctx, tx, runID, seq, data, content)
 		return err
 	})
 	return e, err
 }
 
-func amendEvent(ctx context.Context, tx *sql.Tx, runID string, seq int64, data json.RawMessage, content bool) (Event, error) {
+func (s *Store) amendEvent(ctx context.Context, tx *sql.Tx, runID string, seq int64, data json.RawMessage, content bool) (Event, error) {
+	if err := s.lockRun(ctx, tx, runID); err != nil {
+		return Event{}, err
+	}
 	e, err := scanEvent(tx.QueryRowContext(ctx, `UPDATE events SET data = ?3, rev = `+nextRev+`, content = CASE WHEN ?4 = 1 THEN 1 ELSE content END
 		WHERE run_id = ?1 AND seq = ?2 AND EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND purged_at IS NULL)
 		RETURNING `+eventColumns, runID, seq, nullableData(data), boolInt(content)))

@@ -50,6 +50,9 @@ func newID(prefix string, bytes int) string {
 func (s *Store) CreateOrg(ctx context.Context, name string) (Org, error) {
 	o := Org{ID: newID("org_", 8), Name: name, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockNames(ctx, tx); err != nil {
+			return err
+		}
 		var taken bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM orgs WHERE name = ?)`, name).Scan(&taken); err != nil {
 			return fmt.Errorf("store: create org %q: %w", name, err)
@@ -115,6 +118,9 @@ func (s *Store) OrgsPage(ctx context.Context, after string, limit int) ([]Org, b
 func (s *Store) AddMember(ctx context.Context, orgID, email string) (Member, error) {
 	m := Member{ID: newID("mem_", 8), OrgID: orgID, Email: email, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockOrg(ctx, tx, orgID); err != nil {
+			return err
+		}
 		var taken bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM members WHERE org_id = ? AND email = ?)`,
 			orgID, email).Scan(&taken); err != nil {

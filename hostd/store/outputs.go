@@ -27,7 +27,7 @@ func (s *Store) AddOutput(ctx context.Context, runID string, o Output) error {
 		return fmt.Errorf("store: output %s of %s: size %d but %d bytes", o.Path, runID, o.Size, len(o.Data))
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := checkRecordable(ctx, tx, runID); err != nil {
+		if err := s.checkRecordable(ctx, tx, runID); err != nil {
 			return fmt.Errorf("store: output %s of %s: %w", o.Path, runID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO run_outputs (run_id, path, size, sha256, content_type, data)

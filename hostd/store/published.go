@@ -27,6 +27,9 @@ type Publication struct {
 func (s *Store) PublishRun(ctx context.Context, orgID, runID, slug string, at time.Time) (Publication, error) {
 	var p Publication
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRun(ctx, tx, runID); err != nil {
+			return err
+		}
 		r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND org_id = ?`, runID, orgID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound

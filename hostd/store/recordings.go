@@ -41,7 +41,7 @@ func (s *Store) AppendRecordingExchange(ctx context.Context, runID string, turn 
 		return fmt.Errorf("store: record turn %d of %s: not JSON", turn, runID)
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := checkRecordable(ctx, tx, runID); err != nil {
+		if err := s.checkRecordable(ctx, tx, runID); err != nil {
 			return fmt.Errorf("store: record turn %d of %s: %w", turn, runID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO recording_exchanges (run_id, turn, data) VALUES (?, ?, ?)`,
@@ -60,7 +60,7 @@ func (s *Store) SetRecordingTruncation(ctx context.Context, runID string, mark [
 		return fmt.Errorf("store: mark recording of %s truncated: not JSON", runID)
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := checkRecordable(ctx, tx, runID); err != nil {
+		if err := s.checkRecordable(ctx, tx, runID); err != nil {
 			return fmt.Errorf("store: mark recording of %s truncated: %w", runID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO recording_truncations (run_id, data) VALUES (?, ?)
@@ -73,7 +73,11 @@ func (s *Store) SetRecordingTruncation(ctx context.Context, runID string, mark [
 
 // checkRecordable refuses a run that may not be given recording content:
 // unknown, ended, or with zero data retention.
-func checkRecordable(ctx context.Context, tx *sql.Tx, runID string) error {
+func (s *Store) checkRecordable(ctx context.Context, tx *sql.Tx, runID string) error {
+	// Held until the content is written: the run cannot end in between.
+	if err := s.lockRun(ctx, tx, runID); err != nil {
+		return err
+	}
 	var zeroRetention bool
 	var status Status
 	err := tx.QueryRowContext(ctx, `SELECT zero_retention, status FROM runs WHERE id = ?`, runID).Scan(&zeroRetention, &status)

@@ -145,6 +145,9 @@ func scanRun(row scanner) (Run, error) {
 // cannot cover the reservation.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockOrg(ctx, tx, nr.OrgID); err != nil {
+			return err
+		}
 		if nr.IdempotencyKey != "" {
 			var hash []byte
 			var id string
@@ -187,7 +190,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (run Run, created bool
 		if err != nil {
 			return fmt.Errorf("store: insert run: %w", err)
 		}
-		if _, err := appendEvent(ctx, tx, nr.ID, nr.Queued); err != nil {
+		if _, err := s.appendEvent(ctx, tx, nr.ID, nr.Queued); err != nil {
 			return err
 		}
 		if nr.WebhookURL != "" {
@@ -353,6 +356,9 @@ type Amendment struct {
 func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events func(charged, released int64) []Event) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRun(ctx, tx, runID); err != nil {
+			return err
+		}
 		query, args := `SELECT `+runColumns+` FROM runs WHERE id = ? AND status IN ('queued', 'running')`, []any{runID}
 		if f.Expect.Status != "" {
 			query, args = query+` AND status = ?`, append(args, f.Expect.Status)
@@ -393,7 +399,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 			return fmt.Errorf("store: finish %s: %w", runID, err)
 		}
 		for _, a := range f.Amend {
-			if _, err := amendEvent(ctx, tx, runID, a.Seq, a.Data, false); err != nil {
+			if _, err := s.amendEvent(ctx, tx, runID, a.Seq, a.Data, false); err != nil {
 				return err
 			}
 		}
@@ -403,7 +409,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string, f Finish, events fu
 			return fmt.Errorf("store: finish %s: count it: %w", runID, err)
 		}
 		for _, e := range events(charged, released) {
-			if _, err := appendEvent(ctx, tx, runID, e); err != nil {
+			if _, err := s.appendEvent(ctx, tx, runID, e); err != nil {
 				return err
 			}
 		}
@@ -449,6 +455,9 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]Run, error) {
 func (s *Store) PurgeRun(ctx context.Context, orgID, runID string, at time.Time) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockRun(ctx, tx, runID); err != nil {
+			return err
+		}
 		r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ? AND org_id = ?`, runID, orgID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("store: purge %s: %w", runID, ErrNotFound)

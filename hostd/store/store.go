@@ -33,10 +33,10 @@ var (
 	ErrExists = errors.New("already exists")
 )
 
-// PostgreSQL has many writers: its write transactions run SERIALIZABLE and
-// are retried when a concurrent one wins, so that every check-then-write
-// below (an organisation's cap of active runs, a name not taken yet) is as
-// correct as under SQLite's single writer.
+// PostgreSQL has many writers: a write transaction that decides on what it
+// read takes a lock first (locks.go), so that every check-then-write (an
+// organisation's cap of active runs, a name not taken yet, a run still
+// active) is as correct as under SQLite's single writer.
 
 // Store is the daemon's database.
 type Store struct {
@@ -155,20 +155,17 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// maxTxAttempts bounds how often a PostgreSQL transaction that lost to a
-// concurrent one is run again.
+// maxTxAttempts bounds how often a PostgreSQL transaction chosen as a
+// deadlock's victim is run again.
 const maxTxAttempts = 30
 
 // inTx runs fn in one write transaction, committing only if fn succeeds.
-// On PostgreSQL fn may run more than once (see Store): it must not act
-// outside the transaction except to set what it returns.
+// On PostgreSQL fn may run more than once (a deadlock's victim is run
+// again): it must not act outside the transaction except to set what it
+// returns.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	var opts *sql.TxOptions
-	if s.dialect == postgres {
-		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
-	}
 	for attempt := 1; ; attempt++ {
-		err := s.tryTx(ctx, opts, fn)
+		err := s.tryTx(ctx, fn)
 		if err == nil || s.dialect != postgres || !retryable(err) || attempt == maxTxAttempts {
 			return err
 		}
@@ -184,8 +181,8 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 }
 
-func (s *Store) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
-	tx, err := s.write.BeginTx(ctx, opts)
+func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}

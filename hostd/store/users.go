@@ -55,6 +55,9 @@ func (s *Store) CreateAccount(ctx context.Context, a NewAccount) (User, error) {
 	u := User{ID: newID("usr_", 8), Email: a.Email, PasswordHash: a.PasswordHash, MemberID: newID("mem_", 8),
 		OrgID: newID("org_", 8), CreatedAt: a.At.UTC().Truncate(time.Millisecond)}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockNames(ctx, tx); err != nil {
+			return err
+		}
 		var taken bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE email = ?)`, a.Email).Scan(&taken); err != nil {
 			return fmt.Errorf("store: create account: %w", err)

@@ -104,8 +104,14 @@ func (s *Store) ClaimDueWebhooks(ctx context.Context, now, until time.Time, limi
 	var out []WebhookDelivery
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
+		// On PostgreSQL, deliveries another node is claiming are skipped,
+		// not waited for.
+		skipClaimed := ""
+		if s.dialect == postgres {
+			skipClaimed = " FOR UPDATE OF w SKIP LOCKED"
+		}
 		rows, err := tx.QueryContext(ctx, `SELECT `+webhookColumns+` FROM webhook_deliveries w
-			WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`, millis(now), limit)
+			WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?`+skipClaimed, millis(now), limit)
 		if err != nil {
 			return fmt.Errorf("store: due webhooks: %w", err)
 		}
@@ -176,7 +182,7 @@ func (s *Store) RecordWebhookAttempt(ctx context.Context, runID string, a Webhoo
 			return fmt.Errorf("store: webhook attempt %d of %s: %w", a.Attempt, runID, err)
 		}
 		if o.Event != nil {
-			if _, err := appendEvent(ctx, tx, runID, *o.Event); err != nil {
+			if _, err := s.appendEvent(ctx, tx, runID, *o.Event); err != nil {
 				return err
 			}
 		}
