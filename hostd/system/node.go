@@ -18,7 +18,7 @@ import (
 // node and ends what its earlier process left running at once) and the
 // lease the configuration sets. nil on SQLite.
 func (s *System) cluster() (*runs.Cluster, error) {
-	if s.Config.Database == "" {
+	if !s.Store.Postgres() {
 		return nil, nil
 	}
 	id, err := nodeID(s.Config.StateDir)

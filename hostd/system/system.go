@@ -143,7 +143,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 	if err := privateStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	dbPath := opts.Database
+	// A database of the caller's own (a single run's, a test's) is an
+	// SQLite file, whatever database the configuration shares.
+	dbPath, shared := opts.Database, cfg.Database
+	if dbPath != "" {
+		shared = ""
+	}
 	if dbPath == "" {
 		dbPath = DatabasePath(cfg.StateDir)
 		unlock, err := lockStateDir(cfg.StateDir)
@@ -152,7 +157,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *System, err e
 		}
 		s.onClose(func() error { unlock(); return nil })
 	}
-	if err := s.openStore(ctx, dbPath); err != nil {
+	if err := s.openStore(ctx, dbPath, shared); err != nil {
 		return nil, err
 	}
 	if s.proxies, err = forwarded.ParseProxies(cfg.TrustedProxies); err != nil {
@@ -318,22 +323,22 @@ func OpenStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*Syste
 	if err := privateStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	if err := s.openStore(ctx, DatabasePath(cfg.StateDir)); err != nil {
+	if err := s.openStore(ctx, DatabasePath(cfg.StateDir), cfg.Database); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// openStore opens the configured shared PostgreSQL database, or else the
+// openStore opens the shared PostgreSQL database at shared, or else the
 // SQLite database at dbPath.
-func (s *System) openStore(ctx context.Context, dbPath string) error {
+func (s *System) openStore(ctx context.Context, dbPath, shared string) error {
 	var (
 		st  *store.Store
 		err error
 	)
-	if s.Config.Database != "" {
-		st, err = store.OpenPostgres(ctx, s.Config.Database)
+	if shared != "" {
+		st, err = store.OpenPostgres(ctx, shared)
 	} else {
 		st, err = store.Open(ctx, dbPath)
 	}
