@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -15,15 +14,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +32,7 @@ import (
 	"github.com/ephemeralhq/ephemeral/hostd/store/storebench"
 	"github.com/ephemeralhq/ephemeral/hostd/system"
 	"github.com/ephemeralhq/ephemeral/hostd/timeline"
+	"github.com/ephemeralhq/ephemeral/internal/pgserver"
 )
 
 var benchQueueCommand = &cli.Command{
@@ -1008,25 +1003,21 @@ func queueTimeline() [][4]string {
 }
 
 // benchPostgres is the PostgreSQL server the bench makes its databases
-// on: a throwaway cluster of its own (started as internal/pgtest does,
-// listening only on a Unix socket in its directory) or the server of the
-// --postgres URL.
+// on: a throwaway cluster of its own (internal/pgserver, listening only on
+// a Unix socket in its directory) or the server of the --postgres URL.
 type benchPostgres struct {
 	adminURL string
 	admin    *sql.DB
 	created  []string // databases, dropped at the end on a server of the user's
 	seq      int
-
-	// A throwaway cluster: its directory (data directory, log, socket),
-	// PostgreSQL's binaries and the postgres user to run them as (nil
-	// when the bench runs as postgres).
-	dir  string
-	bin  string
-	cred *syscall.Credential
+	cluster  *pgserver.Server // nil on a server of the user's
 }
 
 // startBenchPostgres connects to the server of databaseURL or, when it is
 // empty, starts a throwaway cluster allowing maxConns connections.
+// Commits on it are durable as the daemon's SQLite ones are (WAL,
+// synchronous=NORMAL): written at once, flushed to disk within a fraction
+// of a second (synchronous_commit off); fsync stays on.
 func startBenchPostgres(ctx context.Context, databaseURL string, maxConns int, log io.Writer) (_ *benchPostgres, err error) {
 	p := &benchPostgres{adminURL: databaseURL}
 	defer func() {
@@ -1036,10 +1027,17 @@ func startBenchPostgres(ctx context.Context, databaseURL string, maxConns int, l
 	}()
 	if databaseURL == "" {
 		began := time.Now()
-		if err := p.startCluster(maxConns); err != nil {
-			return p, err
+		p.cluster, err = pgserver.Start(pgserver.Options{MaxConnections: maxConns})
+		switch {
+		case errors.Is(err, pgserver.ErrNotInstalled):
+			return p, fmt.Errorf("postgres: %w: run `sudo tools/install-deps.sh`, or give a server with --postgres", err)
+		case errors.Is(err, pgserver.ErrNotPermitted):
+			return p, fmt.Errorf("postgres: %w: run as root, or give a server with --postgres", err)
+		case err != nil:
+			return p, fmt.Errorf("postgres: %w", err)
 		}
-		fmt.Fprintf(log, "a throwaway PostgreSQL cluster started in %s (%.1f s)\n", p.dir, time.Since(began).Seconds())
+		p.adminURL = p.cluster.AdminURL()
+		fmt.Fprintf(log, "a throwaway PostgreSQL cluster started in %s (%.1f s)\n", p.cluster.Dir(), time.Since(began).Seconds())
 	}
 	if p.admin, err = sql.Open("pgx", p.adminURL); err != nil {
 		return p, fmt.Errorf("postgres: %w", err)
@@ -1071,7 +1069,7 @@ func (p *benchPostgres) newDatabase(ctx context.Context, label string) (string, 
 func (p *benchPostgres) close() error {
 	var errs []error
 	if p.admin != nil {
-		if p.dir == "" {
+		if p.cluster == nil {
 			for _, name := range p.created {
 				if _, err := p.admin.Exec(`DROP DATABASE "` + name + `" WITH (FORCE)`); err != nil {
 					errs = append(errs, fmt.Errorf("postgres: drop database %s: %w", name, err))
@@ -1080,128 +1078,10 @@ func (p *benchPostgres) close() error {
 		}
 		errs = append(errs, p.admin.Close())
 	}
-	if p.dir != "" {
-		data := filepath.Join(p.dir, "data")
-		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
-			if out, err := p.command("pg_ctl", "-D", data, "-m", "immediate", "-w", "-t", "60", "stop").CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("postgres: pg_ctl stop: %w: %s", err, bytes.TrimSpace(out)))
-			}
-		}
-		errs = append(errs, os.RemoveAll(p.dir))
+	if p.cluster != nil {
+		errs = append(errs, p.cluster.Stop())
 	}
 	return errors.Join(errs...)
-}
-
-// queuePostgresPort only names the socket file in the cluster's directory.
-const queuePostgresPort = 5432
-
-// startCluster runs initdb and pg_ctl start as the postgres user, as
-// internal/pgtest does. Commits are durable as the daemon's SQLite ones
-// are (WAL, synchronous=NORMAL): written at once, flushed to disk within
-// a fraction of a second (synchronous_commit off); fsync stays on.
-func (p *benchPostgres) startCluster(maxConns int) error {
-	var err error
-	if p.bin, err = postgresBinDir(); err != nil {
-		return err
-	}
-	if p.cred, err = postgresCredential(); err != nil {
-		return err
-	}
-	if p.dir, err = os.MkdirTemp("", "ephq-pg-"); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	if p.cred != nil {
-		if err := os.Chown(p.dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
-			return fmt.Errorf("postgres: chown %s to postgres: %w", p.dir, err)
-		}
-	}
-	if err := os.Chmod(p.dir, 0o700); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	if sock := filepath.Join(p.dir, ".s.PGSQL."+strconv.Itoa(queuePostgresPort)); len(sock) > 107 {
-		return fmt.Errorf("postgres: socket path %s is too long for a Unix socket: set TMPDIR to a shorter directory", sock)
-	}
-	data := filepath.Join(p.dir, "data")
-	if out, err := p.command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync").CombinedOutput(); err != nil {
-		return fmt.Errorf("postgres: initdb: %w: %s", err, bytes.TrimSpace(out))
-	}
-	conf := fmt.Sprintf(`
-# ephemeral bench queue: a throwaway cluster, reachable only through its own socket.
-listen_addresses = ''
-unix_socket_directories = '%s'
-port = %d
-synchronous_commit = off
-max_connections = %d
-`, strings.ReplaceAll(p.dir, "'", "''"), queuePostgresPort, maxConns)
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	_, err = f.WriteString(conf)
-	if err = errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("postgres: write postgresql.conf: %w", err)
-	}
-	if out, err := p.command("pg_ctl", "-D", data, "-l", filepath.Join(p.dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(p.dir, "log"))
-		return fmt.Errorf("postgres: pg_ctl start: %w: %s\n%s", err, bytes.TrimSpace(out), log)
-	}
-	p.adminURL = fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable",
-		strings.ReplaceAll(url.QueryEscape(p.dir), "+", "%20"), queuePostgresPort)
-	return nil
-}
-
-// command is one of PostgreSQL's binaries, run as the postgres user in the
-// cluster's directory with an environment of its own.
-func (p *benchPostgres) command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(p.bin, name), args...)
-	cmd.Dir = p.dir
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + p.dir, "LC_ALL=C", "TZ=UTC"}
-	if p.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
-	}
-	return cmd
-}
-
-// postgresBinDir is the bin directory of the newest PostgreSQL under
-// /usr/lib/postgresql, where Debian installs it.
-func postgresBinDir() (string, error) {
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(found) == 0 {
-		return "", errors.New("postgres: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): " +
-			"run `sudo tools/install-deps.sh`, or give a server with --postgres")
-	}
-	version := func(initdb string) int {
-		v, _ := strconv.Atoi(strings.Split(filepath.Base(filepath.Dir(filepath.Dir(initdb))), ".")[0])
-		return v
-	}
-	slices.SortFunc(found, func(a, b string) int { return version(a) - version(b) })
-	return filepath.Dir(found[len(found)-1]), nil
-}
-
-// postgresCredential is the postgres user to run the binaries as (initdb
-// refuses root), or nil when the bench runs as postgres already.
-func postgresCredential() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("postgres: look up the postgres user: %w", err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: uid %q: %w", u.Uid, err)
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: gid %q: %w", u.Gid, err)
-	}
-	switch os.Geteuid() {
-	case int(uid):
-		return nil, nil
-	case 0:
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
-	default:
-		return nil, errors.New("postgres: a throwaway cluster runs as the postgres user, which only root can switch to: " +
-			"run as root, or give a server with --postgres")
-	}
 }
 
 // queueLog is the daemons' log: warnings and errors, the first few of each
