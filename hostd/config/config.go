@@ -128,13 +128,13 @@ const (
 func Defaults() Config {
 	guest := limits.Defaults()
 	return Config{
-		StateDir:        "/var/lib/ephemeral",
-		NodeLease:       15 * time.Second,
-		Listen:          "127.0.0.1:8080",
-		VMM:             VMMAuto,
-		Retention:       30 * 24 * time.Hour,
-		JanitorInterval: time.Hour,
-		ShutdownTimeout: 30 * time.Second,
+		StateDir:                 "/var/lib/ephemeral",
+		NodeLease:                15 * time.Second,
+		Listen:                   "127.0.0.1:8080",
+		VMM:                      VMMAuto,
+		Retention:                30 * 24 * time.Hour,
+		JanitorInterval:          time.Hour,
+		ShutdownTimeout:          30 * time.Second,
 		MaxConcurrentRuns:        defaultCapacity(runtime.NumCPU(), totalMemory()),
 		MaxActiveRunsPerOrg:      10,
 		LimitKeyRunCreations:     10,

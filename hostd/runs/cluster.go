@@ -133,7 +133,7 @@ func (s *Service) startCluster(ctx context.Context) error {
 		// or was ended as node_lost, is harmless: work finds the run
 		// taken and does nothing.
 		RescueStuckJobsAfter: time.Minute,
-		Logger:            s.log,
+		Logger:               s.log,
 	})
 	if err != nil {
 		return fmt.Errorf("runs: River client: %w", err)

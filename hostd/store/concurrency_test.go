@@ -76,7 +76,9 @@ func TestConcurrentRunsAllSettle(t *testing.T) {
 					errs <- err
 				}
 				_, err := st.FinishRun(ctx, id, Finish{Status: Succeeded, Cost: ledger.Cost{Model: 10}, At: time.Now(), RetentionUntil: time.Now().Add(time.Hour)},
-					func(charged, released int64) []Event { return []Event{{Category: "Worker destroyed", Message: "settled"}} })
+					func(charged, released int64) []Event {
+						return []Event{{Category: "Worker destroyed", Message: "settled"}}
+					})
 				if err != nil {
 					errs <- fmt.Errorf("finish %s: %w", id, err)
 				}
