@@ -92,7 +92,7 @@ func decodeSpec(raw json.RawMessage) (Spec, error) {
 
 // startCluster creates River's tables (one node at a time), the River
 // client and registers the node. Recover calls it.
-func (s *Service) startCluster(ctx context.Context) error {
+func (s *Service) startCluster(ctx context.Context) (err error) {
 	if !s.store.Postgres() {
 		return errors.New("runs: several nodes need a shared PostgreSQL database")
 	}
@@ -100,6 +100,11 @@ func (s *Service) startCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("runs: connect River's listener: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			pool.Close()
+		}
+	}()
 	s.listenPool = pool
 	// River inserts and works jobs through the store's pool, in its
 	// transactions; the pgx pool only LISTENs, so that a job inserted on
