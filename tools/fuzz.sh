@@ -6,8 +6,8 @@
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" when -fuzztime ends while a worker is busy on a loaded
 # machine (go.dev/issue/75804, fixed in Go 1.27): no input is written and
-# nothing is found. Such a run is tried once more; a failure that wrote an
-# input, or any other failure, fails at once.
+# nothing is found. Such a run is tried again, three times in all; a
+# failure that wrote an input, or any other failure, fails at once.
 set -euo pipefail
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-20s}
@@ -28,13 +28,15 @@ for file in $(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' .);
 	for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
 		dir=$(dirname "$file")
 		echo "fuzz: $target in $dir for $FUZZTIME"
-		if fuzz_once "$target" "$dir" "$log"; then
-			continue
-		fi
-		if deadline_flake "$log"; then
-			echo "fuzz: $target: the coordinator's deadline race (go.dev/issue/75804), no input found: once more"
-			fuzz_once "$target" "$dir" "$log" && continue
-		fi
+		for attempt in 1 2 3; do
+			if fuzz_once "$target" "$dir" "$log"; then
+				continue 2
+			fi
+			if ! deadline_flake "$log"; then
+				break
+			fi
+			echo "fuzz: $target: the coordinator's deadline race (go.dev/issue/75804), no input found (attempt $attempt of 3)"
+		done
 		echo "fuzz: $target in $dir failed" >&2
 		exit 1
 	done
