@@ -357,14 +357,3 @@ func (s *Service) cancelElsewhere(ctx context.Context, run store.Run) (store.Run
 		}
 	}
 }
-
-// settledEvents are a run's last two timeline entries when it is ended
-// by someone else than its executor: how it ended, and the money.
-func settledEvents(t time.Duration, category, message string, st store.Status, r store.Run, charged, released int64) []store.Event {
-	return []store.Event{
-		{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{"status": st})},
-		{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
-			"charged_micros": charged, "released_micros": released,
-			"model_micros": r.Cost.Model, "web_micros": r.Cost.Web, "compute_micros": r.Cost.Compute})},
-	}
-}

@@ -275,13 +275,13 @@ func TestFollowOnAnotherNodeIsLive(t *testing.T) {
 		}
 		return Result{Output: "ok"}, nil
 	})
+	orgID := fundedOrg(t, a.st)
+	run := submit(t, a, orgID)
+	// Node B starts once A has the run: its queue cannot take it.
+	waitStatus(t, a, orgID, run.ID, store.Running)
 	b := startNode(t, url, "b", 1, 5*time.Second, func(ctx context.Context, spec Spec, rec *Recorder) (Result, error) {
 		return Result{}, errors.New("node b must not execute this run")
 	})
-	// Node B never works jobs: its queue would take the run otherwise.
-	b.svc.river.Stop(context.Background())
-	orgID := fundedOrg(t, a.st)
-	run := submit(t, a, orgID)
 	f := &stepFollower{next: next}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

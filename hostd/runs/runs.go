@@ -643,9 +643,7 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 			return slices.Concat(leftOut, []store.Event{
 				{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{
 					"status": st, "model_calls": usage.ModelCalls, "tokens": usage.Tokens()})},
-				{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
-					"charged_micros": charged, "released_micros": released,
-					"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})},
+				settledEvent(t, cost, charged, released),
 			})
 		})
 		if err == nil || errors.Is(err, store.ErrNotFound) {
@@ -661,6 +659,22 @@ func (s *Service) finish(ctx context.Context, spec Spec, rec *Recorder, res Resu
 	s.hub.Notify(spec.RunID)
 	if s.cfg.Finished != nil {
 		s.cfg.Finished(spec.RunID)
+	}
+}
+
+// settledEvent is a run's last timeline entry: the money.
+func settledEvent(t time.Duration, cost ledger.Cost, charged, released int64) store.Event {
+	return store.Event{T: t, Category: timeline.WorkerDestroyed, Message: timeline.Settled(charged, released), Data: mustJSON(map[string]any{
+		"charged_micros": charged, "released_micros": released,
+		"model_micros": cost.Model, "web_micros": cost.Web, "compute_micros": cost.Compute})}
+}
+
+// settledEvents are a run's last two timeline entries when it is ended
+// by someone other than its executor: how it ended, and the money.
+func settledEvents(t time.Duration, category, message string, st store.Status, r store.Run, charged, released int64) []store.Event {
+	return []store.Event{
+		{T: t, Category: category, Message: message, Data: mustJSON(map[string]any{"status": st})},
+		settledEvent(t, r.Cost, charged, released),
 	}
 }
 

@@ -67,10 +67,8 @@ func (s *Store) LostRuns(ctx context.Context, cutoff time.Time) ([]LostRun, erro
 	var out []LostRun
 	for rows.Next() {
 		var l LostRun
-		var cols []any
 		r, err := scanRun(scannerFunc(func(dest ...any) error {
-			cols = append(dest, &l.NodeID, &l.Hostname)
-			return rows.Scan(cols...)
+			return rows.Scan(append(dest, &l.NodeID, &l.Hostname)...)
 		}))
 		if err != nil {
 			return nil, fmt.Errorf("store: lost runs: %w", err)
